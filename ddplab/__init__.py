@@ -1,0 +1,53 @@
+"""ddplab: learn, teach and try PyTorch distributed data-parallel training in a notebook.
+
+    %load_ext ddplab
+    %ddp_start 4
+    %%ddp
+    ...
+
+Engines import ddplab.rank only, so the names below load lazily.
+"""
+__version__ = "0.1.0"
+
+_LAZY = {
+    "Lab": "ddplab.lab",
+    "RunResult": "ddplab.lab",
+    "DDPLabError": "ddplab.errors",
+    "BadRequest": "ddplab.errors",
+    "PoolNotRunning": "ddplab.errors",
+    "PoolAlreadyRunning": "ddplab.errors",
+    "StartFailed": "ddplab.errors",
+    "NameMissing": "ddplab.errors",
+    "RankFailed": "ddplab.errors",
+}
+__all__ = ["__version__", "load_ipython_extension", "unload_ipython_extension", *_LAZY]
+
+
+def __getattr__(name):
+    if name in _LAZY:
+        import importlib
+
+        return getattr(importlib.import_module(_LAZY[name]), name)
+    raise AttributeError(f"module 'ddplab' has no attribute {name!r}")
+
+
+_magics = {}  # shell -> its DDPMagics, so loading twice keeps the running pool
+
+
+def load_ipython_extension(shell):
+    """%load_ext ddplab: register the %ddp_* magics (loading again is harmless)."""
+    if id(shell) in _magics:
+        return
+    from .magics import DDPMagics
+
+    magics = DDPMagics(shell)
+    shell.register_magics(magics)
+    _magics[id(shell)] = magics
+
+
+def unload_ipython_extension(shell):
+    """%unload_ext ddplab: stop the pool and forget the magics' state."""
+    magics = _magics.pop(id(shell), None)
+    if magics is not None and magics.lab is not None:
+        magics.lab.stop()
+        magics.lab = None

@@ -1,0 +1,144 @@
+"""Text rendering of ranks' output and of progress, for notebooks and terminals.
+
+In a Jupyter front end, live views are display_data outputs updated in place
+(display_id); in a terminal they print lines.
+"""
+import sys
+import time
+
+
+def in_notebook():
+    """True in a Jupyter kernel, whose front end can update an output in place."""
+    try:
+        from IPython import get_ipython
+    except ImportError:
+        return False
+    shell = get_ipython()
+    return shell is not None and type(shell).__name__ == "ZMQInteractiveShell"
+
+
+def _labelled(label, text):
+    """'[rank 0] text' for one line; the label on its own line above several."""
+    if not text:
+        return ""
+    text = text if text.endswith("\n") else text + "\n"
+    sep = " " if text.count("\n") == 1 else "\n"
+    return f"{label}{sep}{text}"
+
+
+def rank_streams(result):
+    """(stdout text, stderr text) of a RunResult, grouped by rank and labelled."""
+    out = "".join(_labelled(f"[rank {o.rank}]", o.stdout) for o in result.outputs)
+    err = "".join(_labelled(f"[rank {o.rank} stderr]", o.stderr) for o in result.outputs)
+    return out, err
+
+
+def show_result(result):
+    """Print each rank's output apart, then its displays and the value of its last expression."""
+    out, err = rank_streams(result)
+    if out:
+        sys.stdout.write(out)
+        sys.stdout.flush()
+    if err:
+        sys.stderr.write(err)
+        sys.stderr.flush()
+    from IPython import get_ipython
+
+    shell = get_ipython()
+    for o in result.outputs:
+        for d in o.displays:
+            if shell is not None:
+                shell.display_pub.publish(data=d["data"], metadata=dict(d.get("metadata") or {}, rank=o.rank))
+        if o.result:
+            text = o.result.get("text/plain", "")
+            rich = {k: v for k, v in o.result.items() if k != "text/plain"}
+            if rich and shell is not None:
+                print(f"Out[rank {o.rank}]:")
+                shell.display_pub.publish(data=o.result, metadata={"rank": o.rank})
+            else:
+                sep = "\n" if "\n" in text else " "
+                print(f"Out[rank {o.rank}]:{sep}{text}")
+
+
+class LiveOutput:
+    """While a cell runs in a notebook: each rank's latest output lines, updated in place.
+
+    Shown only once the cell has run for `after` seconds, redrawn at most `hz`
+    times a second; removed when the cell ends (the full output is printed then).
+    """
+
+    def __init__(self, tail=8, after=1.0, hz=4.0):
+        self.tail, self.after, self.interval = tail, after, 1.0 / hz
+        self.started = time.monotonic()
+        self.handle = None
+        self.last_text = None
+        self.last_draw = 0.0
+
+    def update(self, ar, ranks):
+        now = time.monotonic()
+        if now - self.started < self.after or now - self.last_draw < self.interval:
+            return
+        blocks = []
+        for r, out in zip(ranks, ar.stdout):
+            lines = (out or "").splitlines()[-self.tail:]
+            blocks.append(f"[rank {r}] " + (("\n" + "\n".join(lines)) if lines else "(no output yet)"))
+        text = f"running on {len(ranks)} rank(s), {now - self.started:.0f} s\n" + "\n".join(blocks)
+        if text == self.last_text:
+            return
+        from IPython.display import display
+
+        data = {"text/plain": text}
+        if self.handle is None:
+            self.handle = display(data, raw=True, display_id=True)
+        else:
+            self.handle.update(data, raw=True)
+        self.last_text, self.last_draw = text, now
+
+    def close(self):
+        """Remove the live view. A %%ddp cell prints nothing before it, so clearing the cell's
+        output removes only the live view; the full output is printed right after."""
+        if self.handle is not None:
+            from IPython.display import clear_output
+
+            clear_output()
+            self.handle = None
+
+
+class Progress:
+    """Start-up progress: one line updated in place in a notebook, printed lines in a terminal.
+
+    Nothing is shown until `after` seconds have passed (quick steps stay quiet).
+    """
+
+    def __init__(self, after=0.5, stream=None):
+        self.after = after
+        self.started = time.monotonic()
+        self.notebook = in_notebook()
+        self.stream = stream or sys.stderr
+        self.handle = None
+        self.pending = None
+
+    def __call__(self, message):
+        self.pending = message
+        if time.monotonic() - self.started < self.after:
+            return
+        self._show(message)
+
+    def _show(self, message):
+        text = f"ddplab: {message}"
+        if not self.notebook:
+            print(text, file=self.stream, flush=True)
+            return
+        from IPython.display import display
+
+        if self.handle is None:
+            self.handle = display({"text/plain": text}, raw=True, display_id=True)
+        else:
+            self.handle.update({"text/plain": text}, raw=True)
+
+    def done(self, message):
+        """The final line is always shown: in place of the progress line, or printed."""
+        if self.handle is not None:
+            self._show(message)
+        else:
+            print(f"ddplab: {message}", flush=True)

@@ -1,0 +1,179 @@
+"""The IPython magics: a thin skin over Lab. They parse, call Lab, and show results.
+
+Misuse answers one line (UsageError) and changes nothing.
+"""
+import math
+import sys
+import time
+
+from IPython.core.error import UsageError
+from IPython.core.magic import Magics, cell_magic, line_magic, magics_class
+from IPython.core.magic_arguments import argument, magic_arguments, parse_argstring
+
+from .dashboard.text import LiveOutput, Progress, in_notebook, show_result
+from .errors import CellTimeout, Interrupted, RankFailed, UsageProblem
+from .lab import Lab, default_ranks
+
+
+def parse_ranks(spec, world_size):
+    """'0,2' or '1-3' or 'all' -> sorted list of ranks; anything else -> UsageError."""
+    if spec is None or spec.strip() == "all":
+        return None
+    ranks = set()
+    try:
+        for part in spec.split(","):
+            lo, sep, hi = part.strip().partition("-")
+            ranks.update(range(int(lo), int(hi) + 1) if sep else [int(lo)])
+    except ValueError:
+        raise UsageError(f"--ranks {spec!r}: give ranks like 0,2 or 1-3") from None
+    bad = sorted(r for r in ranks if not 0 <= r < world_size)
+    if bad or not ranks:
+        raise UsageError(f"--ranks {spec!r}: this pool has ranks 0..{world_size - 1}")
+    return sorted(ranks)
+
+
+def _usage(fn, *args, **kwargs):
+    """Call fn; turn a ddplab error about the request into a one-line UsageError."""
+    try:
+        return fn(*args, **kwargs)
+    except UsageProblem as exc:
+        raise UsageError(str(exc)) from None
+
+
+@magics_class
+class DDPMagics(Magics):
+    """%ddp_start, %%ddp, %ddp_gather, %ddp_push, %ddp_status, %ddp_restart, %ddp_stop."""
+
+    lab = None
+
+    def _lab(self):
+        if self.lab is None or not self.lab.running:
+            raise UsageError("no ddplab pool is running: start one with %ddp_start")
+        return self.lab
+
+    @magic_arguments()
+    @argument("ranks", nargs="?", type=int,
+              help=f"number of ranks (default here: {default_ranks()}, from the cores, at most 4)")
+    @argument("--timeout", type=float, default=60.0,
+              help="seconds a collective may wait for the other ranks (default 60)")
+    @argument("--threads", type=int, default=None,
+              help="torch threads per rank (default: cores // ranks, at least 1)")
+    @line_magic
+    def ddp_start(self, line):
+        """Start N ipyparallel engines that form one gloo process group.
+
+        Every rank then has rank, world_size, torch, dist and nn defined.
+        """
+        args = parse_argstring(self.ddp_start, line)
+        if args.timeout is not None and not math.isfinite(args.timeout):
+            raise UsageError(f"--timeout {args.timeout}: give a number of seconds, e.g. --timeout 60")
+        if self.lab is not None and self.lab.running:
+            print(f"ddplab: a pool of {self.lab.world_size} ranks is already running; nothing changed. "
+                  "Use %ddp_restart for a fresh pool, or %ddp_stop then %ddp_start N.", file=sys.stderr)
+            return
+        lab = _usage(Lab, args.ranks, timeout=args.timeout, threads_per_rank=args.threads)
+        progress = Progress()
+        _usage(lab.start, progress=progress)
+        self.lab = lab
+        progress.done(f"{lab.world_size} ranks ready in {lab.start_seconds:.1f} s "
+                      f"(gloo, {lab.threads} thread{'s' if lab.threads > 1 else ''} per rank); "
+                      "run code on every rank with %%ddp")
+
+    @magic_arguments()
+    @argument("--ranks", default=None, help="only these ranks, e.g. 0,2 or 1-3 (default: all)")
+    @argument("--timeout", type=float, default=None,
+              help="interrupt every rank if the cell runs longer than this many seconds")
+    @cell_magic
+    def ddp(self, line, cell):
+        """Run the cell on every rank (state is kept between cells); show each rank's output apart."""
+        args = parse_argstring(self.ddp, line)
+        lab = self._lab()
+        ranks = parse_ranks(args.ranks, lab.world_size)
+        if args.timeout is not None and not (math.isfinite(args.timeout) and args.timeout > 0):
+            raise UsageError(f"--timeout {args.timeout}: give a positive number of seconds")
+        live = LiveOutput() if in_notebook() else None
+        try:
+            result = _usage(lab.run, cell, ranks, timeout=args.timeout,
+                            on_update=live.update if live else None)
+        except RankFailed as exc:
+            self._close(live)
+            if exc.result is not None:
+                show_result(exc.result)
+            raise
+        except (KeyboardInterrupt, CellTimeout) as exc:
+            self._close(live)
+            if lab.last_result is not None:
+                show_result(lab.last_result)
+            if isinstance(exc, CellTimeout):
+                raise
+            raise Interrupted("every rank of the cell was sent SIGINT (Ctrl-C); the pool is still running") from None
+        self._close(live)
+        show_result(result)
+
+    @staticmethod
+    def _close(live):
+        if live is not None:
+            live.close()
+
+    @line_magic
+    def ddp_gather(self, line):
+        """Return a variable (or expression) from every rank, as a list indexed by rank.
+
+            ts = %ddp_gather t
+            %ddp_gather model.weight.sum().item()
+        """
+        if not line.strip():
+            raise UsageError("%ddp_gather needs a variable name or expression, e.g. %ddp_gather loss")
+        return _usage(self._lab().gather, line.strip())
+
+    @magic_arguments()
+    @argument("names", nargs="+", help="notebook variables to copy into every rank")
+    @line_magic
+    def ddp_push(self, line):
+        """Copy notebook variables into every rank: %ddp_push lr data"""
+        args = parse_argstring(self.ddp_push, line)
+        missing = [n for n in args.names if n not in self.shell.user_ns]
+        if missing:
+            raise UsageError(f"not defined in the notebook: {', '.join(missing)}")
+        _usage(self._lab().push, **{n: self.shell.user_ns[n] for n in args.names})
+
+    @line_magic
+    def ddp_status(self, line):
+        """Show ranks, engines, pids, hosts, threads, backend and states."""
+        if line.strip():
+            raise UsageError("%ddp_status takes no arguments")
+        if self.lab is None or not self.lab.running:
+            print("ddplab: no pool is running; start one with %ddp_start")
+            return
+        lab = self.lab
+        print(f"{lab.world_size} ranks, backend gloo, rendezvous {lab.rendezvous}, "
+              f"collective timeout {lab.timeout:g} s, started in {lab.start_seconds:.1f} s")
+        cols = ("rank", "engine", "pid", "host", "threads", "state")
+        rows = [[str(row[c]) for c in cols] for row in lab.status()]
+        widths = [max(len(c), *(len(r[i]) for r in rows)) for i, c in enumerate(cols)]
+        for r in [list(cols)] + rows:
+            print("  ".join(v.ljust(w) for v, w in zip(r, widths)).rstrip())
+
+    @line_magic
+    def ddp_restart(self, line):
+        """Stop the pool and start a fresh one with the same settings (rank variables are lost)."""
+        if line.strip():
+            raise UsageError("%ddp_restart takes no arguments; to change the size, %ddp_stop then %ddp_start N")
+        lab = self._lab()
+        progress = Progress()
+        _usage(lab.restart, progress=progress)
+        progress.done(f"restarted: {lab.world_size} fresh ranks in {lab.start_seconds:.1f} s; "
+                      "variables from before are gone")
+
+    @line_magic
+    def ddp_stop(self, line):
+        """Stop the pool: engines, controller and every helper process."""
+        if line.strip():
+            raise UsageError("%ddp_stop takes no arguments")
+        if self.lab is None or not self.lab.running:
+            print("ddplab: no pool is running")
+            return
+        tic = time.perf_counter()
+        n = self.lab.world_size
+        self.lab.stop()
+        print(f"ddplab: stopped {n} ranks in {time.perf_counter() - tic:.1f} s")

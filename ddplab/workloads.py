@@ -1,0 +1,70 @@
+"""Small training workloads that run inside ranks (the demo, the quickstart, benchmarks).
+
+Imports only torch: safe in engines and in plain torchrun scripts.
+"""
+import time
+
+import torch
+import torch.distributed as dist
+import torch.nn as nn
+from torch.nn.parallel import DistributedDataParallel as DDP
+from torch.utils.data import DataLoader, DistributedSampler, TensorDataset
+
+
+def synthetic_classification(n=8192, features=784, classes=10, seed=0):
+    """A fixed labelled dataset: the same on every rank (the sampler splits it)."""
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(n, features, generator=g)
+    teacher = torch.randn(features, classes, generator=g)
+    y = (x @ teacher).argmax(dim=1)
+    return TensorDataset(x, y)
+
+
+def mlp(features=784, hidden=512, classes=10, seed=0):
+    """The MLP 784-512-512-10 used by the demo and the benchmarks."""
+    torch.manual_seed(seed)
+    return nn.Sequential(nn.Linear(features, hidden), nn.ReLU(), nn.Linear(hidden, hidden), nn.ReLU(),
+                         nn.Linear(hidden, classes))
+
+
+def param_checksum(model):
+    """One float summarising the parameters: equal on every rank iff DDP kept them in sync."""
+    with torch.no_grad():
+        return float(sum((p.double() * (i + 1)).sum() for i, p in enumerate(model.parameters())))
+
+
+def train_ddp(steps=200, batch=64, lr=0.05, report_every=1.0, seed=0):
+    """Train the MLP with DistributedDataParallel + DistributedSampler for `steps` steps.
+
+    Prints "step S/N loss L samples/s X" about every `report_every` seconds and returns
+    a summary dict (final loss, samples/s, parameter checksum).
+    """
+    rank, world = dist.get_rank(), dist.get_world_size()
+    data = synthetic_classification(seed=seed)
+    sampler = DistributedSampler(data, num_replicas=world, rank=rank, shuffle=True, seed=seed)
+    loader = DataLoader(data, batch_size=batch, sampler=sampler, drop_last=True)
+    model = DDP(mlp(seed=seed))
+    opt = torch.optim.SGD(model.parameters(), lr=lr)
+    loss_fn = nn.CrossEntropyLoss()
+    step, epoch, loss = 0, 0, torch.tensor(0.0)
+    tic = last = time.perf_counter()
+    last_step = 0
+    while step < steps:
+        sampler.set_epoch(epoch)  # a new shuffle each epoch, the same on every rank
+        for x, y in loader:
+            opt.zero_grad(set_to_none=True)
+            loss = loss_fn(model(x), y)
+            loss.backward()  # DDP all-reduces (averages) the gradients here
+            opt.step()
+            step += 1
+            now = time.perf_counter()
+            if now - last >= report_every or step == steps:
+                rate = (step - last_step) * batch / (now - last)
+                print(f"step {step}/{steps} loss {loss.item():.4f} samples/s {rate:.0f}", flush=True)
+                last, last_step = now, step
+            if step == steps:
+                break
+        epoch += 1
+    seconds = time.perf_counter() - tic
+    return {"rank": rank, "steps": steps, "loss": loss.item(), "seconds": seconds,
+            "samples_per_s": steps * batch / seconds, "checksum": param_checksum(model.module)}

@@ -1,0 +1,53 @@
+"""Shared fixtures: one IPython shell with ddplab loaded, one 4-rank pool for the session."""
+import psutil
+import pytest
+
+
+@pytest.fixture(scope="session")
+def ip():
+    from IPython.testing.globalipapp import start_ipython
+
+    shell = start_ipython()
+    shell.run_line_magic("load_ext", "ddplab")
+    return shell
+
+
+@pytest.fixture(scope="session")
+def magics(ip):
+    return ip.magics_manager.registry["DDPMagics"]
+
+
+@pytest.fixture(scope="session")
+def pool(ip, magics):
+    """A 4-rank pool started through %ddp_start, stopped at the end of the session."""
+    ip.run_line_magic("ddp_start", "4 --timeout 30")
+    lab = magics.lab
+    assert lab is not None and lab.running
+    yield lab
+    ip.run_line_magic("ddp_stop", "")
+
+
+def descendants():
+    """pids of this test process's live descendants (zombies count as gone)."""
+    out = set()
+    for p in psutil.Process().children(recursive=True):
+        try:
+            if p.status() != psutil.STATUS_ZOMBIE:
+                out.add(p.pid)
+        except psutil.NoSuchProcess:
+            pass
+    return out
+
+
+def alive(pids):
+    """Those of pids still running (zombies count as gone)."""
+    from ddplab.lab import is_gone
+
+    left = []
+    for pid in pids:
+        try:
+            if not is_gone(psutil.Process(pid)):
+                left.append(pid)
+        except psutil.NoSuchProcess:
+            pass
+    return left

@@ -1,0 +1,161 @@
+"""The core loop on a real 4-rank gloo pool, driven through the magics and through Lab."""
+import os
+import re
+
+import pytest
+from IPython.core.error import UsageError
+
+from ddplab.errors import CellTimeout, RankFailed
+from ddplab.lab import cores
+
+pytestmark = pytest.mark.pool
+
+
+def ddp(ip, cell, line=""):
+    """Run a %%ddp cell the way a notebook does; return IPython's ExecutionResult."""
+    return ip.run_cell(f"%%ddp {line}\n{cell}")
+
+
+def test_user_flow_all_reduce_and_gather(ip, pool, capsys):
+    res = ddp(ip, "t = torch.tensor([float(rank)])\ndist.all_reduce(t)\nprint(rank, world_size, t.item())")
+    assert res.success
+    out = capsys.readouterr().out
+    for r in range(4):
+        assert f"[rank {r}] {r} 4 6.0" in out
+    gathered = ip.run_line_magic("ddp_gather", "t")
+    assert [t.tolist() for t in gathered] == [[6.0]] * 4
+
+
+def test_collectives_on_every_rank(pool):
+    pool.run("""
+b = torch.tensor([float(rank)]) if rank == 0 else torch.zeros(1)
+b.add_(0 if rank == 0 else 0)
+if rank == 0: b.fill_(42.0)
+dist.broadcast(b, src=0)
+s = torch.tensor([rank + 1.0]); dist.all_reduce(s, op=dist.ReduceOp.SUM)
+m = torch.tensor([float(rank)]); dist.all_reduce(m, op=dist.ReduceOp.MAX)
+parts = [torch.zeros(2) for _ in range(world_size)]
+dist.all_gather(parts, torch.tensor([rank, rank * 10.0]))
+""")
+    assert [b.item() for b in pool.gather("b")] == [42.0] * 4
+    assert [s.item() for s in pool.gather("s")] == [10.0] * 4
+    assert [m.item() for m in pool.gather("m")] == [3.0] * 4
+    expected = [[r, r * 10.0] for r in range(4)]
+    for parts in pool.gather("parts"):
+        assert [p.tolist() for p in parts] == expected
+
+
+def test_preloaded_names_and_rank_identity(pool):
+    pool.run("import os\nwho = (rank, world_size, dist.get_rank(), dist.get_backend(), nn.Linear.__name__, os.getpid())")
+    who = pool.gather("who")
+    assert [w[:5] for w in who] == [(r, 4, r, "gloo", "Linear") for r in range(4)]
+    assert [w[5] for w in who] == [row["pid"] for row in pool.status()]
+
+
+def test_state_persists_between_cells(ip, pool):
+    assert ddp(ip, "counter = rank * 100").success
+    assert ddp(ip, "counter += 1").success
+    assert ip.run_line_magic("ddp_gather", "counter") == [1, 101, 201, 301]
+
+
+def test_output_is_grouped_by_rank_not_interleaved(ip, pool, capsys):
+    res = ddp(ip, "import time, sys\nfor i in range(3):\n    print(f'line {i} of rank {rank}', flush=True)\n"
+                  "    time.sleep(0.05)\nprint('warn', rank, file=sys.stderr)")
+    assert res.success
+    cap = capsys.readouterr()
+    lines = cap.out.splitlines()
+    for r in range(4):
+        start = lines.index(f"[rank {r}]")
+        assert lines[start + 1:start + 4] == [f"line {i} of rank {r}" for i in range(3)]
+        assert f"[rank {r} stderr] warn {r}" in cap.err
+
+
+def test_last_expression_is_shown_per_rank(ip, pool, capsys):
+    assert ddp(ip, "rank * 11").success
+    out = capsys.readouterr().out
+    assert all(f"Out[rank {r}]: {r * 11}" in out for r in range(4))
+
+
+def test_exception_names_the_rank_with_its_traceback_once(ip, pool, capsys):
+    res = ddp(ip, "print('before', rank)\nif rank == 2:\n    raise ValueError('boom on two')\nok = True")
+    assert not res.success and isinstance(res.error_in_exec, RankFailed)
+    assert res.error_in_exec.ranks == [2]
+    out = re.sub(r"\x1b\[[0-9;]*m", "", capsys.readouterr().out)  # no colours
+    assert out.count("rank 2 failed (engine") == 1
+    assert out.count("ValueError: boom on two") == 1
+    assert "raise ValueError" in out  # the traceback, not just the message
+    assert all(f"[rank {r}] before {r}" in out for r in range(4))  # output before the error is kept
+    assert pool.states[2] == "failed" and pool.states[0] == "done"
+    # the pool stays usable and the failed rank's state recovers with the next cell
+    assert ddp(ip, "x = rank").success
+    assert ip.run_line_magic("ddp_gather", "x") == [0, 1, 2, 3]
+
+
+def test_run_raises_rank_failed_with_all_outputs(pool):
+    with pytest.raises(RankFailed) as info:
+        pool.run("print('hi', rank)\nassert rank != 1, 'rank one refuses'")
+    exc = info.value
+    assert exc.ranks == [1]
+    assert exc.failures[1].ename == "AssertionError" and "rank one refuses" in exc.failures[1].evalue
+    assert exc.result.stdout == [f"hi {r}\n" for r in range(4)]
+
+
+def test_subset_of_ranks(ip, pool, capsys):
+    assert ddp(ip, "only = 'here'", "--ranks 0,2").success
+    ddp(ip, "print(globals().get('only', 'absent'))")
+    out = capsys.readouterr().out
+    assert "[rank 0] here" in out and "[rank 1] absent" in out and "[rank 2] here" in out and "[rank 3] absent" in out
+    with pytest.raises(UsageError, match="0..3"):
+        ip.run_cell_magic("ddp", "--ranks 7", "pass")
+
+
+def test_gather_of_a_missing_name_says_which_ranks(ip, pool):
+    assert ddp(ip, "if rank % 2: partial = rank", "").success
+    with pytest.raises(UsageError, match=r"'partial' is not defined on rank\(s\) 0, 2"):
+        ip.run_line_magic("ddp_gather", "partial")
+    with pytest.raises(UsageError, match="ZeroDivisionError"):
+        ip.run_line_magic("ddp_gather", "1/0")
+
+
+def test_push_from_the_notebook(ip, pool):
+    ip.user_ns["lr"] = 0.125
+    ip.run_line_magic("ddp_push", "lr")
+    assert ip.run_line_magic("ddp_gather", "lr * 8") == [1.0] * 4
+    with pytest.raises(UsageError, match="not defined in the notebook"):
+        ip.run_line_magic("ddp_push", "no_such_variable")
+
+
+def test_threads_per_rank_follow_the_cores(ip, pool, capsys):
+    expected = max(1, cores() // 4)
+    pool.run("import os\nthreads = (torch.get_num_threads(), os.environ['OMP_NUM_THREADS'], "
+             "os.environ['GLOO_SOCKET_IFNAME'])")
+    assert pool.gather("threads") == [(expected, str(expected), "lo")] * 4
+    ip.run_line_magic("ddp_status", "")
+    out = capsys.readouterr().out
+    assert "threads" in out and "backend gloo" in out
+    for row in pool.status():
+        assert re.search(rf"^{row['rank']}\s+{row['engine']}\s+{row['pid']}\s+\S+\s+{expected}\s+\w+", out, re.M)
+
+
+def test_starting_again_changes_nothing(ip, pool, magics, capsys):
+    pids = pool.pids()
+    ip.run_line_magic("ddp_start", "2")
+    assert "already running" in capsys.readouterr().err
+    assert magics.lab is pool and pool.pids() == pids and pool.world_size == 4
+
+
+def test_cell_timeout_interrupts_every_rank(pool):
+    with pytest.raises(CellTimeout, match="longer than 1 s"):
+        pool.run("import time\nfor _ in range(600): time.sleep(0.05)", timeout=1)
+    assert pool.run("alive = rank").ranks == [0, 1, 2, 3]
+
+
+def test_unknown_cell_flags_are_usage_errors(ip, pool):
+    for line in ("--bogus", "--ranks", "--timeout 0", "--timeout abc"):
+        with pytest.raises(UsageError):
+            ip.run_cell_magic("ddp", line, "pass")
+
+
+def test_connection_files_are_private(pool):
+    mode = os.stat(pool._workdir).st_mode & 0o777
+    assert mode == 0o700

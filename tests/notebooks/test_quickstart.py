@@ -1,0 +1,44 @@
+"""The quickstart notebook, executed end to end by nbclient in a real kernel."""
+import pathlib
+import re
+
+import nbformat
+import pytest
+from nbclient import NotebookClient
+
+from ..conftest import descendants
+
+NOTEBOOKS = pathlib.Path(__file__).resolve().parents[2] / "notebooks"
+pytestmark = pytest.mark.pool
+
+
+def text_of(cell):
+    parts = []
+    for o in cell.outputs:
+        parts.append(o.get("text") or o.get("data", {}).get("text/plain", "") or o.get("evalue", ""))
+    return "".join(parts)
+
+
+def find(nb, source_start):
+    return next(c for c in nb.cells if c.cell_type == "code" and c.source.startswith(source_start))
+
+
+def test_quickstart_runs_end_to_end():
+    before = descendants()
+    nb = nbformat.read(NOTEBOOKS / "00_quickstart.ipynb", as_version=4)
+    NotebookClient(nb, timeout=120, kernel_name="python3",
+                   resources={"metadata": {"path": str(NOTEBOOKS)}}).execute()
+    errors = [o for c in nb.cells if c.cell_type == "code" for o in c.outputs if o.output_type == "error"]
+    assert errors == []
+    assert re.search(r"4 ranks ready in [\d.]+ s \(gloo, 1 thread", text_of(find(nb, "%ddp_start")))
+    reduce_out = text_of(find(nb, "%%ddp\nt = "))
+    assert [f"[rank {r}] {r} 4 6.0" in reduce_out for r in range(4)] == [True] * 4
+    assert text_of(find(nb, "%ddp_gather t")) == "[tensor([6.]), tensor([6.]), tensor([6.]), tensor([6.])]"
+    train_out = text_of(find(nb, "%%ddp\nfrom torch.nn.parallel"))
+    losses = [float(x) for x in re.findall(r"epoch 1: loss ([\d.]+)", train_out)]
+    assert len(losses) == 4 and max(losses) < 2.0  # every rank trained (chance level is 2.3)
+    assert "parameters identical on every rank: True" in text_of(find(nb, "checksums"))
+    status = text_of(find(nb, "%ddp_status"))
+    assert len(re.findall(r"^\d\s+\d+\s+\d+\s+\S+\s+1\s+done$", status, re.M)) == 4
+    assert "stopped 4 ranks" in text_of(find(nb, "%ddp_stop"))
+    assert descendants() <= before  # kernel and pool are gone

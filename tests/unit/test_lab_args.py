@@ -1,0 +1,103 @@
+"""Lab and magic argument checks: bad input answers one clear line and starts nothing."""
+import pytest
+from IPython.core.error import UsageError
+
+import ddplab
+from ddplab.errors import BadRequest, RankError, RankFailed
+from ddplab.lab import Lab, cores, default_ranks, max_local_ranks
+from ddplab.magics import parse_ranks
+
+from ..conftest import descendants
+
+
+@pytest.mark.parametrize("ranks", [0, -1, 10000, True, 2.5, "4"])
+def test_bad_rank_counts(ranks):
+    with pytest.raises(BadRequest):
+        Lab(ranks)
+
+
+@pytest.mark.parametrize("kw", [dict(timeout=0), dict(timeout=-3), dict(timeout="x"), dict(timeout=float("nan")),
+                                dict(threads_per_rank=0), dict(rendezvous="env://")])
+def test_bad_settings(kw):
+    with pytest.raises(BadRequest):
+        Lab(2, **kw)
+
+
+def test_defaults_follow_the_machine():
+    lab = Lab()
+    assert lab.world_size == default_ranks() == min(4, max(2, cores()))
+    assert lab.threads == max(1, cores() // lab.world_size)
+    assert Lab(4).threads == max(1, cores() // 4)
+    assert Lab(2, threads_per_rank=3).threads == 3
+    assert not lab.running
+    assert 1 <= max_local_ranks() <= max(8, 4 * cores())
+
+
+def test_the_too_many_ranks_message_says_what_to_do():
+    with pytest.raises(BadRequest) as info:
+        Lab(10000)
+    msg = str(info.value)
+    assert "10000" in msg and "cores" in msg and "fewer" in msg and "\n" not in msg
+
+
+@pytest.mark.parametrize("line", ["0", "-1", "abc", "10000", "--bogus", "4 5", "--timeout -3", "--timeout inf",
+                                  "--threads 0", "--threads x", "2 --timeout"])
+def test_bad_ddp_start_is_a_usage_error_and_starts_nothing(ip, magics, line):
+    assert magics.lab is None or not magics.lab.running
+    before = descendants()
+    with pytest.raises(UsageError) as info:
+        ip.run_line_magic("ddp_start", line)
+    assert "\n" not in str(info.value).strip()
+    assert magics.lab is None or not magics.lab.running
+    assert descendants() == before
+
+
+@pytest.mark.parametrize("magic,args", [("ddp_gather", "t"), ("ddp_push", "x"), ("ddp_restart", "")])
+def test_magics_need_a_pool(ip, magics, magic, args):
+    ip.user_ns["x"] = 1
+    with pytest.raises(UsageError, match="%ddp_start"):
+        ip.run_line_magic(magic, args)
+
+
+def test_cell_magic_needs_a_pool(ip):
+    with pytest.raises(UsageError, match="%ddp_start"):
+        ip.run_cell_magic("ddp", "", "print(rank)")
+
+
+def test_status_and_stop_without_pool_just_say_so(ip, capsys):
+    ip.run_line_magic("ddp_status", "")
+    ip.run_line_magic("ddp_stop", "")
+    out = capsys.readouterr().out
+    assert "no pool is running" in out
+
+
+def test_loading_twice_keeps_one_magics_object(ip, magics):
+    ddplab.load_ipython_extension(ip)
+    assert ip.magics_manager.registry["DDPMagics"] is magics
+
+
+@pytest.mark.parametrize("spec,expect", [("0,2", [0, 2]), ("1-3", [1, 2, 3]), ("all", None), (None, None),
+                                         ("3, 1", [1, 3])])
+def test_parse_ranks(spec, expect):
+    assert parse_ranks(spec, 4) == expect
+
+
+@pytest.mark.parametrize("spec", ["4", "-1", "a", "0,,1", "", "2-x"])
+def test_parse_ranks_rejects(spec):
+    with pytest.raises(UsageError):
+        parse_ranks(spec, 4)
+
+
+def test_rank_failed_report_names_root_cause_first_and_groups_echoes():
+    boom = RankError("ValueError", "boom", ["In[3] line", "ValueError: boom"], 2, 111, "h")
+    echo = [RankError("RuntimeError", "Connection closed by peer", [f"In[{i}] x", "RuntimeError: closed"], i, 100 + i, "h")
+            for i in (0, 1)]
+    exc = RankFailed({2: boom, 0: echo[0], 1: echo[1]})
+    lines = exc.report()
+    assert lines[0] == "rank 2 failed (engine 2, pid 111, h)"
+    assert lines.count("ValueError: boom") == 1
+    assert "rank 0 failed (engine 0, pid 100, h)" in lines
+    assert "rank 1 failed the same way" in lines
+    assert sum("RuntimeError: closed" in line for line in lines) == 1
+    assert exc.ranks == [2, 0, 1]
+    assert exc._render_traceback_() == lines
