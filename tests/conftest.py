@@ -17,6 +17,14 @@ def magics(ip):
     return ip.magics_manager.registry["DDPMagics"]
 
 
+@pytest.fixture
+def no_pool(magics):
+    """The magics as they are before %ddp_start, whether or not the session's pool runs."""
+    saved, magics.lab = magics.lab, None
+    yield magics
+    magics.lab = saved
+
+
 @pytest.fixture(scope="session")
 def pool(ip, magics):
     """A 4-rank pool started through %ddp_start, stopped at the end of the session."""

@@ -42,29 +42,28 @@ def test_the_too_many_ranks_message_says_what_to_do():
 
 @pytest.mark.parametrize("line", ["0", "-1", "abc", "10000", "--bogus", "4 5", "--timeout -3", "--timeout inf",
                                   "--threads 0", "--threads x", "2 --timeout"])
-def test_bad_ddp_start_is_a_usage_error_and_starts_nothing(ip, magics, line):
-    assert magics.lab is None or not magics.lab.running
+def test_bad_ddp_start_is_a_usage_error_and_starts_nothing(ip, no_pool, line):
     before = descendants()
     with pytest.raises(UsageError) as info:
         ip.run_line_magic("ddp_start", line)
     assert "\n" not in str(info.value).strip()
-    assert magics.lab is None or not magics.lab.running
+    assert no_pool.lab is None
     assert descendants() == before
 
 
 @pytest.mark.parametrize("magic,args", [("ddp_gather", "t"), ("ddp_push", "x"), ("ddp_restart", "")])
-def test_magics_need_a_pool(ip, magics, magic, args):
+def test_magics_need_a_pool(ip, no_pool, magic, args):
     ip.user_ns["x"] = 1
     with pytest.raises(UsageError, match="%ddp_start"):
         ip.run_line_magic(magic, args)
 
 
-def test_cell_magic_needs_a_pool(ip):
+def test_cell_magic_needs_a_pool(ip, no_pool):
     with pytest.raises(UsageError, match="%ddp_start"):
         ip.run_cell_magic("ddp", "", "print(rank)")
 
 
-def test_status_and_stop_without_pool_just_say_so(ip, capsys):
+def test_status_and_stop_without_pool_just_say_so(ip, no_pool, capsys):
     ip.run_line_magic("ddp_status", "")
     ip.run_line_magic("ddp_stop", "")
     out = capsys.readouterr().out
