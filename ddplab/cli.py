@@ -42,8 +42,7 @@ def demo(ranks=None, steps=200, batch=64):
     progress = Progress(stream=sys.stdout)
     try:
         lab.start(progress=progress)
-        progress.done(f"{lab.world_size} ranks ready in {lab.start_seconds:.1f} s "
-                      f"(gloo, {lab.threads} thread(s) per rank)")
+        progress.done(lab.ready_message())
         printer = LinePrinter()
         result = lab.run(DEMO_CELL.format(steps=steps, batch=batch), on_update=printer)
         printer(result, result.ranks)  # lines that arrived after the last update

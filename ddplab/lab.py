@@ -181,6 +181,10 @@ class Lab:
         what = "running" if self.running else "stopped"
         return f"<Lab {self.world_size} ranks, gloo, {self.threads} thread(s)/rank, {what}>"
 
+    def ready_message(self):
+        threads = f"{self.threads} thread{'s' if self.threads > 1 else ''} per rank"
+        return f"{self.world_size} ranks ready in {self.start_seconds:.1f} s (gloo, {threads})"
+
     def start(self, progress=None):
         """Start the engines and form the group. progress(message) is called at each stage."""
         if self.running:

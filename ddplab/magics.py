@@ -75,9 +75,7 @@ class DDPMagics(Magics):
         progress = Progress()
         _usage(lab.start, progress=progress)
         self.lab = lab
-        progress.done(f"{lab.world_size} ranks ready in {lab.start_seconds:.1f} s "
-                      f"(gloo, {lab.threads} thread{'s' if lab.threads > 1 else ''} per rank); "
-                      "run code on every rank with %%ddp")
+        progress.done(lab.ready_message() + "; run code on every rank with %%ddp")
 
     @magic_arguments()
     @argument("--ranks", default=None, help="only these ranks, e.g. 0,2 or 1-3 (default: all)")
@@ -162,8 +160,7 @@ class DDPMagics(Magics):
         lab = self._lab()
         progress = Progress()
         _usage(lab.restart, progress=progress)
-        progress.done(f"restarted: {lab.world_size} fresh ranks in {lab.start_seconds:.1f} s; "
-                      "variables from before are gone")
+        progress.done(f"restarted: {lab.ready_message()}; variables from before are gone")
 
     @line_magic
     def ddp_stop(self, line):

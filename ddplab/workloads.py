@@ -33,7 +33,7 @@ def param_checksum(model):
         return float(sum((p.double() * (i + 1)).sum() for i, p in enumerate(model.parameters())))
 
 
-def train_ddp(steps=200, batch=64, lr=0.05, report_every=1.0, seed=0):
+def train_ddp(steps=200, batch=64, lr=0.05, momentum=0.9, report_every=1.0, seed=0):
     """Train the MLP with DistributedDataParallel + DistributedSampler for `steps` steps.
 
     Prints "step S/N loss L samples/s X" about every `report_every` seconds and returns
@@ -44,7 +44,7 @@ def train_ddp(steps=200, batch=64, lr=0.05, report_every=1.0, seed=0):
     sampler = DistributedSampler(data, num_replicas=world, rank=rank, shuffle=True, seed=seed)
     loader = DataLoader(data, batch_size=batch, sampler=sampler, drop_last=True)
     model = DDP(mlp(seed=seed))
-    opt = torch.optim.SGD(model.parameters(), lr=lr)
+    opt = torch.optim.SGD(model.parameters(), lr=lr, momentum=momentum)
     loss_fn = nn.CrossEntropyLoss()
     step, epoch, loss = 0, 0, torch.tensor(0.0)
     tic = last = time.perf_counter()

@@ -159,3 +159,35 @@ def test_unknown_cell_flags_are_usage_errors(ip, pool):
 def test_connection_files_are_private(pool):
     mode = os.stat(pool._workdir).st_mode & 0o777
     assert mode == 0o700
+
+
+def test_ctrl_c_interrupts_every_rank_and_the_pool_stays_usable(ip, pool, capsys):
+    import signal
+    import threading
+
+    from ddplab.errors import Interrupted
+
+    timer = threading.Timer(1.0, os.kill, (os.getpid(), signal.SIGINT))
+    timer.start()
+    try:
+        res = ddp(ip, "import time\nprint('started', rank, flush=True)\nfor _ in range(600): time.sleep(0.05)")
+    finally:
+        timer.cancel()
+    assert isinstance(res.error_in_exec, Interrupted)
+    out = capsys.readouterr().out
+    assert all(f"[rank {r}] started {r}" in out for r in range(4))
+    assert pool.last_result.failed.keys() == {0, 1, 2, 3}
+    assert {e.ename for e in pool.last_result.failed.values()} == {"KeyboardInterrupt"}
+    assert ddp(ip, "after = rank").success
+    assert ip.run_line_magic("ddp_gather", "after") == [0, 1, 2, 3]
+
+
+def test_restart_gives_a_fresh_full_group(ip, pool, capsys):
+    ddp(ip, "leftover = 1")
+    old = pool.pids()
+    ip.run_line_magic("ddp_restart", "")
+    assert "restarted: 4 ranks ready" in capsys.readouterr().out
+    assert not set(old) & set(pool.pids()) and pool.running
+    ddp(ip, "print('leftover' in globals())\nt = torch.ones(1); dist.all_reduce(t)")
+    assert "[rank 3] False" in capsys.readouterr().out
+    assert [t.item() for t in ip.run_line_magic("ddp_gather", "t")] == [4.0] * 4
