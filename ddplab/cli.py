@@ -12,40 +12,20 @@ summary = train_ddp(steps={steps}, batch={batch})
 """
 
 
-class LinePrinter:
-    """Prints each rank's new complete output lines, prefixed with the rank, as they arrive."""
-
-    def __init__(self, out=sys.stdout):
-        self.out = out
-        self.seen = {}
-
-    def __call__(self, ar, ranks):
-        for r, text in zip(ranks, ar.stdout):
-            text = text or ""
-            start = self.seen.get(r, 0)
-            end = text.rfind("\n", start) + 1
-            if end > start:
-                for line in text[start:end].splitlines():
-                    print(f"[rank {r}] {line}", file=self.out)
-                self.seen[r] = end
-        self.out.flush()
-
-
 def demo(ranks=None, steps=200, batch=64):
     """Start a pool, train, print the summary, stop. Returns the process exit code."""
-    from .dashboard.text import Progress
+    from .dashboard.text import Progress, TextView
     from .lab import Lab
 
     lab = Lab(ranks)
+    lab.view = TextView(every=1.0)  # per-rank step, loss and samples/s from ddplab.log, once a second
     print(f"ddplab demo: {lab.world_size} ranks, {steps} steps of DistributedDataParallel training "
           f"(MLP 784-512-512-10, batch {batch} per rank, DistributedSampler)", flush=True)
     progress = Progress(stream=sys.stdout)
     try:
         lab.start(progress=progress)
         progress.done(lab.ready_message())
-        printer = LinePrinter()
-        result = lab.run(DEMO_CELL.format(steps=steps, batch=batch), on_update=printer)
-        printer(result, result.ranks)  # lines that arrived after the last update
+        lab.run(DEMO_CELL.format(steps=steps, batch=batch))
         summaries = lab.gather("summary")
     except RankFailed as exc:
         print("\n".join(exc.report(color=sys.stderr.isatty())), file=sys.stderr)

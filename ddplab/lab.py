@@ -18,6 +18,8 @@ from dataclasses import dataclass, field
 import psutil
 
 from . import state as st
+from .metrics import LiveMetrics
+from .monitor import Monitor, Telemetry
 from .errors import BadRequest, CellTimeout, NameMissing, PoolAlreadyRunning, PoolNotRunning, RankError, RankFailed, StartFailed
 
 ENGINE_MB = 350  # resident memory of one engine with torch imported (measured ~250 MB) plus headroom
@@ -159,7 +161,10 @@ class Lab:
         self.rendezvous = rendezvous
         self.launcher = launcher
         self.start_timeout = float(start_timeout)
-        self.states = st.RankStates(self.world_size)
+        self.run_state = st.RunState(self.world_size)
+        self.metrics = LiveMetrics(self.world_size)
+        self.view = None  # what shows the pool live: a Dashboard, a TextView, ... (view.update(lab))
+        self.telemetry = None
         self.info = []  # per rank: engine id, pid, host, threads
         self.start_seconds = None
         self.last_result = None  # RunResult of the last run(), also when it failed or was interrupted
@@ -170,6 +175,11 @@ class Lab:
     @property
     def running(self):
         return self._client is not None
+
+    @property
+    def states(self):
+        """The rank states (starting, init, ready, running, training, done, failed, lost, stopped)."""
+        return self.run_state.states
 
     def __enter__(self):
         return self if self.running else self.start()
@@ -191,9 +201,17 @@ class Lab:
             raise PoolAlreadyRunning(
                 f"a pool of {self.world_size} ranks is already running: "
                 "%ddp_stop (Lab.stop()) first, or %ddp_restart (Lab.restart())")
-        say = progress or (lambda message: None)
         tic = time.perf_counter()
-        self.states = st.RankStates(self.world_size)
+        self.run_state = st.RunState(self.world_size)
+        self.metrics = LiveMetrics(self.world_size)
+
+        def say(message):
+            self.run_state.message = message
+            self.run_state.touch()
+            if progress is not None:
+                progress(message)
+            self._draw()
+
         self._workdir = tempfile.mkdtemp(prefix="ddplab-")
         _running_labs.add(self)
         try:
@@ -245,7 +263,7 @@ class Lab:
                     f"ready: {len(client.ids)}: try again, or fewer ranks")
             time.sleep(0.02)
         self._eids = sorted(client.ids)[:n]
-        self.states.set_all(st.INIT)
+        self.run_state.set_all(st.INIT)
 
     def _check_engines_alive(self):
         for es in self._cluster.engines.values():
@@ -265,7 +283,9 @@ class Lab:
             where = self._tcp_rendezvous()
         say(f"starting {n} ranks: importing torch, forming the gloo group "
             f"({time.perf_counter() - tic:.1f} s)")
-        ars = [self._client[eid].apply_async(form_group, r, n, where, self.timeout, self.threads)
+        self.telemetry = Telemetry("127.0.0.1" if self.local else "0.0.0.0")
+        ars = [self._client[eid].apply_async(form_group, r, n, where, self.timeout, self.threads,
+                                             self.telemetry.address)
                for r, eid in enumerate(self._eids)]
         deadline = tic + self.start_timeout
         for ar in ars:
@@ -283,7 +303,7 @@ class Lab:
         self.info = []
         for eid, ar in zip(self._eids, ars):
             self.info.append(dict(ar.get(), engine=eid))
-        self.states.set_all(st.READY)
+        self.run_state.set_all(st.READY)
 
     def _tcp_rendezvous(self):
         """tcp://HOST:PORT with PORT 0 replaced by a port free on this host now."""
@@ -349,9 +369,11 @@ class Lab:
         if self._workdir:
             shutil.rmtree(self._workdir, ignore_errors=True)
             self._workdir = None
-        for r in range(len(self.states)):
-            if self.states[r] != st.STOPPED:
-                self.states.set(r, st.STOPPED)
+        if self.telemetry is not None:
+            self.telemetry.close()
+            self.telemetry = None
+        self.run_state.set_all(st.STOPPED)
+        self._draw()
         _running_labs.discard(self)
 
     def restart(self, progress=None):
@@ -377,47 +399,51 @@ class Lab:
     def _view(self, ranks):
         return self._client[[self._eids[r] for r in ranks]]
 
-    def run(self, code, ranks=None, timeout=None, on_update=None, update_every=0.25):
+    def run(self, code, ranks=None, timeout=None):
         """Run `code` on every rank (or the given ranks); return a RunResult.
 
         Raises RankFailed if any rank raised, naming each failed rank with its traceback.
         timeout: seconds the cell may run; then every rank is interrupted and CellTimeout raised.
-        on_update(ar, ranks) is called every `update_every` seconds while the cell runs.
         On KeyboardInterrupt every rank is sent SIGINT and the interrupt is re-raised.
+        While the cell runs, telemetry (ddplab.log) is merged and self.view redrawn.
         """
         ranks = self._check_ranks(ranks)
         self.last_result = None
         if timeout is not None and not timeout > 0:
             raise BadRequest(f"timeout must be a positive number of seconds, got {timeout!r}")
-        for r in ranks:
-            self.states.set(r, st.RUNNING)
+        self.metrics.reset()
+        self.run_state.begin_cell(ranks, time.monotonic())
+        if self.view is not None:
+            self.view.begin(self)
         tic = time.perf_counter()
-        deadline = None if timeout is None else tic + timeout
         ar = self._view(ranks).execute(code, silent=False, block=False)
+        monitor = Monitor(self, ar, ranks)
         try:
-            while not ar.wait(update_every if deadline is None else
-                              max(0.0, min(update_every, deadline - time.perf_counter()))):
-                if on_update is not None:
-                    on_update(ar, ranks)
-                if deadline is not None and time.perf_counter() >= deadline:
-                    self._interrupt_and_finish(ar, ranks, tic)
-                    raise CellTimeout(f"the cell ran longer than {timeout:g} s on rank(s) "
-                                      f"{', '.join(map(str, ranks))}; every rank was interrupted (SIGINT)")
+            if not monitor.wait(None if timeout is None else tic + timeout):
+                self._interrupt_and_finish(monitor, tic)
+                raise CellTimeout(f"the cell ran longer than {timeout:g} s on rank(s) "
+                                  f"{', '.join(map(str, ranks))}; every rank was interrupted (SIGINT)")
         except KeyboardInterrupt:
-            self._interrupt_and_finish(ar, ranks, tic)
+            self._interrupt_and_finish(monitor, tic)
             raise
-        result = self._finish(ar, ranks, tic)
+        result = self._finish(monitor, tic)
         if result.failed:
             raise RankFailed(result.failed, result)
         return result
 
-    def _interrupt_and_finish(self, ar, ranks, tic, grace=5.0):
-        self.interrupt(ranks)
-        ar.wait(grace)
-        self._finish(ar, ranks, tic)
+    def _interrupt_and_finish(self, monitor, tic, grace=5.0):
+        self.interrupt(monitor.ranks)
+        monitor.wait(time.perf_counter() + grace)
+        self._finish(monitor, tic)
 
-    def _finish(self, ar, ranks, tic):
+    def _draw(self):
+        if self.view is not None:
+            self.view.update(self)
+
+    def _finish(self, monitor, tic):
+        ar, ranks = monitor.ar, monitor.ranks
         ar.wait_for_output(1.0)  # trailing stdout arrives after the reply
+        monitor.finish()  # the last telemetry of every rank
         seconds = time.perf_counter() - tic
         replies = ar.get(return_exceptions=True) if ar.ready() else [None] * len(ranks)
         outputs = []
@@ -425,15 +451,19 @@ class Lab:
             o = RankOutput(r, out or "", err or "", displays=list(displays or []))
             if isinstance(reply, Exception):
                 o.error = self._rank_error(r, reply)
-                self.states.set(r, st.LOST if o.error.ename == "EngineError" else st.FAILED)
+                self.run_state.fail(r, f"{o.error.ename}: {o.error.evalue}", lost=o.error.ename == "EngineError")
             else:
                 o.result = (getattr(reply, "execute_result", None) or {}).get("data")
-                self.states.set(r, st.DONE if reply is not None else st.READY)
+                self.run_state.set_state(r, st.DONE if reply is not None else st.READY)
+            self.run_state.set_output(r, o.stdout)
             outputs.append(o)
         # the rank that failed first is the root cause; later failures are usually its echo
         done_at = {r: str(md.get("completed") or "") for r, md in zip(ranks, ar.metadata)}
         outputs_by_failure = sorted((o for o in outputs if o.error), key=lambda o: done_at[o.rank])
         self.last_result = RunResult(ranks, outputs, seconds, [o.rank for o in outputs_by_failure])
+        self.run_state.end_cell(time.monotonic())
+        if self.view is not None:
+            self.view.end(self)
         return self.last_result
 
     def _rank_error(self, rank, exc):
@@ -468,6 +498,14 @@ class Lab:
                              f"{getattr(e, 'evalue', e)}")
         return values
 
+    def history(self):
+        """Every point every rank logged with ddplab.log, exactly (pulled from the ranks)."""
+        from .metrics import History
+
+        ranks = self._check_ranks(None)
+        points = self._view(ranks).apply_async(_rank_history).get(timeout=self.timeout)
+        return History.from_ranks(dict(zip(ranks, points)))
+
     def push(self, ranks=None, **values):
         """Set variables in every rank (or the given ranks): lab.push(lr=0.1, data=tensor)."""
         ranks = self._check_ranks(ranks)
@@ -481,8 +519,14 @@ class Lab:
             info = self.info[r] if r < len(self.info) and self.running else {}
             rows.append({"rank": r, "engine": info.get("engine"), "pid": info.get("pid"),
                          "host": info.get("host"), "threads": info.get("threads"),
-                         "state": self.states[r]})
+                         "state": self.run_state.states[r]})
         return rows
+
+
+def _rank_history():
+    import ddplab.rank
+
+    return ddplab.rank.history()
 
 
 @atexit.register

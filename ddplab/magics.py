@@ -10,7 +10,7 @@ from IPython.core.error import UsageError
 from IPython.core.magic import Magics, cell_magic, line_magic, magics_class
 from IPython.core.magic_arguments import argument, magic_arguments, parse_argstring
 
-from .dashboard.text import LiveOutput, Progress, in_notebook, show_result
+from .dashboard.text import LiveOutput, Progress, TextView, in_notebook, show_result
 from .errors import CellTimeout, Interrupted, RankFailed, UsageProblem
 from .lab import Lab, default_ranks
 
@@ -32,6 +32,17 @@ def parse_ranks(spec, world_size):
     return sorted(ranks)
 
 
+def make_view(lab, lang="en", dashboard=True):
+    """The live view for where we run: the widget dashboard in a notebook, text elsewhere."""
+    if not in_notebook():
+        return TextView()
+    if not dashboard:
+        return LiveOutput()
+    from .dashboard.widget import Dashboard
+
+    return Dashboard(lab.world_size, lang=lang)
+
+
 def _usage(fn, *args, **kwargs):
     """Call fn; turn a ddplab error about the request into a one-line UsageError."""
     try:
@@ -42,7 +53,7 @@ def _usage(fn, *args, **kwargs):
 
 @magics_class
 class DDPMagics(Magics):
-    """%ddp_start, %%ddp, %ddp_gather, %ddp_push, %ddp_status, %ddp_restart, %ddp_stop."""
+    """%ddp_start, %%ddp, %ddp_gather, %ddp_push, %ddp_status, %ddp_history, %ddp_restart, %ddp_stop."""
 
     lab = None
 
@@ -58,6 +69,8 @@ class DDPMagics(Magics):
               help="seconds a collective may wait for the other ranks (default 60)")
     @argument("--threads", type=int, default=None,
               help="torch threads per rank (default: cores // ranks, at least 1)")
+    @argument("--lang", choices=("en", "zh"), default="en", help="dashboard labels: en or zh (中文)")
+    @argument("--no-dashboard", action="store_true", help="no live dashboard (text output only)")
     @line_magic
     def ddp_start(self, line):
         """Start N ipyparallel engines that form one gloo process group.
@@ -72,10 +85,19 @@ class DDPMagics(Magics):
                   "Use %ddp_restart for a fresh pool, or %ddp_stop then %ddp_start N.", file=sys.stderr)
             return
         lab = _usage(Lab, args.ranks, timeout=args.timeout, threads_per_rank=args.threads)
-        progress = Progress()
+        lab.view = make_view(lab, args.lang, dashboard=not args.no_dashboard)
+        if hasattr(lab.view, "show"):
+            lab.view.show()  # the dashboard shows the ranks go through starting -> init -> ready
+            progress = None
+        else:
+            progress = Progress()
         _usage(lab.start, progress=progress)
         self.lab = lab
-        progress.done(lab.ready_message() + "; run code on every rank with %%ddp")
+        message = lab.ready_message() + "; run code on every rank with %%ddp"
+        if progress is not None:
+            progress.done(message)
+        else:
+            print(f"ddplab: {message}")
 
     @magic_arguments()
     @argument("--ranks", default=None, help="only these ranks, e.g. 0,2 or 1-3 (default: all)")
@@ -89,29 +111,19 @@ class DDPMagics(Magics):
         ranks = parse_ranks(args.ranks, lab.world_size)
         if args.timeout is not None and not (math.isfinite(args.timeout) and args.timeout > 0):
             raise UsageError(f"--timeout {args.timeout}: give a positive number of seconds")
-        live = LiveOutput() if in_notebook() else None
         try:
-            result = _usage(lab.run, cell, ranks, timeout=args.timeout,
-                            on_update=live.update if live else None)
+            result = _usage(lab.run, cell, ranks, timeout=args.timeout)
         except RankFailed as exc:
-            self._close(live)
             if exc.result is not None:
                 show_result(exc.result)
             raise
         except (KeyboardInterrupt, CellTimeout) as exc:
-            self._close(live)
             if lab.last_result is not None:
                 show_result(lab.last_result)
             if isinstance(exc, CellTimeout):
                 raise
             raise Interrupted("every rank of the cell was sent SIGINT (Ctrl-C); the pool is still running") from None
-        self._close(live)
         show_result(result)
-
-    @staticmethod
-    def _close(live):
-        if live is not None:
-            live.close()
 
     @line_magic
     def ddp_gather(self, line):
@@ -151,6 +163,23 @@ class DDPMagics(Magics):
         widths = [max(len(c), *(len(r[i]) for r in rows)) for i, c in enumerate(cols)]
         for r in [list(cols)] + rows:
             print("  ".join(v.ljust(w) for v, w in zip(r, widths)).rstrip())
+        if hasattr(lab.view, "show"):
+            lab.view.show()
+
+    @magic_arguments()
+    @argument("--csv", metavar="PATH", default=None, help="write the history to this CSV file")
+    @line_magic
+    def ddp_history(self, line):
+        """Every point every rank logged with ddplab.log(...), exactly: h = %ddp_history"""
+        args = parse_argstring(self.ddp_history, line)
+        history = _usage(self._lab().history)
+        if args.csv is None:
+            return history
+        try:
+            n = history.to_csv(args.csv)
+        except OSError as exc:
+            raise UsageError(f"cannot write {args.csv}: {exc.strerror}") from None
+        print(f"ddplab: wrote {n} points to {args.csv} (columns: {', '.join(history.columns())})")
 
     @line_magic
     def ddp_restart(self, line):

@@ -60,3 +60,94 @@ class RankStates:
 
     def count(self, state):
         return self.states.count(state)
+
+
+class RankStatus:
+    """What the notebook knows of one rank right now."""
+
+    __slots__ = ("rank", "step", "loss", "rate", "heard", "phase", "output", "error", "points")
+
+    def __init__(self, rank):
+        self.rank = rank
+        self.step = self.loss = self.rate = self.heard = self.phase = self.error = None
+        self.output = ""
+        self.points = 0  # points received in the current cell
+
+
+class RunState:
+    """The whole pool as the dashboard draws it: rank states plus each rank's latest facts.
+
+    `version` grows on every change, so a view can skip frames where nothing changed.
+    """
+
+    def __init__(self, world_size):
+        self.world_size = world_size
+        self.states = RankStates(world_size)
+        self.ranks = [RankStatus(r) for r in range(world_size)]
+        self.cell = 0  # cells run so far
+        self.cell_started = None  # monotonic time the current cell started
+        self.cell_ended = None
+        self.running = []  # ranks of the current cell
+        self.message = ""  # what the pool is doing, e.g. start-up progress
+        self.version = 0
+
+    def touch(self):
+        self.version += 1
+
+    def set_state(self, rank, new):
+        if self.states.set(rank, new):
+            self.touch()
+
+    def state_of(self, rank):
+        return self.states[rank]
+
+    def set_all(self, new):
+        for r in range(self.world_size):
+            self.states.set(r, new)
+        self.touch()
+
+    def begin_cell(self, ranks, now):
+        """A cell starts on `ranks`: they go to running; their per-cell facts reset."""
+        self.cell += 1
+        self.cell_started, self.cell_ended, self.running = now, None, list(ranks)
+        for r in ranks:
+            s = self.ranks[r]
+            s.step = s.loss = s.rate = s.phase = s.error = None
+            s.output, s.points = "", 0
+            self.states.set(r, RUNNING)
+        self.touch()
+
+    def end_cell(self, now):
+        self.cell_ended = now
+        self.touch()
+
+    def points_arrived(self, rank, step, loss, rate, heard, count):
+        s = self.ranks[rank]
+        s.step, s.heard = step, heard
+        if loss is not None:
+            s.loss = loss
+        if rate is not None:
+            s.rate = rate
+        s.points += count
+        if self.states[rank] == RUNNING:
+            self.states.set(rank, TRAINING)  # training = a running rank whose points flow
+        self.touch()
+
+    def set_phase(self, rank, phase):
+        self.ranks[rank].phase = phase
+        self.touch()
+
+    def set_output(self, rank, text):
+        if self.ranks[rank].output != text:
+            self.ranks[rank].output = text
+            self.touch()
+
+    def fail(self, rank, error, lost=False):
+        self.ranks[rank].error = error
+        self.states.set(rank, LOST if lost else FAILED)
+        self.touch()
+
+    def elapsed(self, now):
+        if self.cell_started is None:
+            return 0.0
+        return (self.cell_ended or now) - self.cell_started

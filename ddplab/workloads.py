@@ -10,6 +10,8 @@ import torch.nn as nn
 from torch.nn.parallel import DistributedDataParallel as DDP
 from torch.utils.data import DataLoader, DistributedSampler, TensorDataset
 
+import ddplab.rank as ddplab
+
 
 def synthetic_classification(n=8192, features=784, classes=10, seed=0):
     """A fixed labelled dataset: the same on every rank (the sampler splits it)."""
@@ -33,11 +35,11 @@ def param_checksum(model):
         return float(sum((p.double() * (i + 1)).sum() for i, p in enumerate(model.parameters())))
 
 
-def train_ddp(steps=200, batch=64, lr=0.05, momentum=0.9, report_every=1.0, seed=0):
+def train_ddp(steps=200, batch=64, lr=0.05, momentum=0.9, seed=0):
     """Train the MLP with DistributedDataParallel + DistributedSampler for `steps` steps.
 
-    Prints "step S/N loss L samples/s X" about every `report_every` seconds and returns
-    a summary dict (final loss, samples/s, parameter checksum).
+    Every step is logged with ddplab.log (the dashboard draws it); returns a summary dict
+    (final loss, samples/s, parameter checksum).
     """
     rank, world = dist.get_rank(), dist.get_world_size()
     data = synthetic_classification(seed=seed)
@@ -47,8 +49,7 @@ def train_ddp(steps=200, batch=64, lr=0.05, momentum=0.9, report_every=1.0, seed
     opt = torch.optim.SGD(model.parameters(), lr=lr, momentum=momentum)
     loss_fn = nn.CrossEntropyLoss()
     step, epoch, loss = 0, 0, torch.tensor(0.0)
-    tic = last = time.perf_counter()
-    last_step = 0
+    tic = time.perf_counter()
     while step < steps:
         sampler.set_epoch(epoch)  # a new shuffle each epoch, the same on every rank
         for x, y in loader:
@@ -57,11 +58,7 @@ def train_ddp(steps=200, batch=64, lr=0.05, momentum=0.9, report_every=1.0, seed
             loss.backward()  # DDP all-reduces (averages) the gradients here
             opt.step()
             step += 1
-            now = time.perf_counter()
-            if now - last >= report_every or step == steps:
-                rate = (step - last_step) * batch / (now - last)
-                print(f"step {step}/{steps} loss {loss.item():.4f} samples/s {rate:.0f}", flush=True)
-                last, last_step = now, step
+            ddplab.log(loss=loss, samples=len(x), step=step)
             if step == steps:
                 break
         epoch += 1

@@ -10,7 +10,8 @@ cells = [
        "然后用 DistributedDataParallel 训练一个小模型。"),
     code("%load_ext ddplab"),
     md("Start 4 ranks. Each one gets `rank`, `world_size`, `torch`, `dist` and `nn`, "
-       "and one CPU thread's share of the cores."),
+       "and one CPU thread's share of the cores. The dashboard shows each rank's state "
+       "(`--lang zh` labels it in Chinese), its loss and throughput, and its output."),
     code("%ddp_start 4"),
     md("Every rank contributes its rank number; `all_reduce` sums them in place, on every rank: "
        "0 + 1 + 2 + 3 = 6."),
@@ -28,22 +29,27 @@ cells = [
          "from torch.utils.data import DataLoader, DistributedSampler\n"
          "from ddplab.workloads import synthetic_classification, mlp, param_checksum\n"
          "\n"
-         "data = synthetic_classification(n=4096)\n"
+         "data = synthetic_classification(n=8192)\n"
          "sampler = DistributedSampler(data)            # rank r sees samples r, r+4, r+8, ... (shuffled)\n"
          "loader = DataLoader(data, batch_size=32, sampler=sampler)\n"
          "model = DDP(mlp(hidden=128))\n"
          "opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)\n"
          "\n"
-         "for epoch in range(2):\n"
+         "for epoch in range(3):\n"
          "    sampler.set_epoch(epoch)                    # a new shuffle each epoch, the same on all ranks\n"
          "    for step, (x, y) in enumerate(loader):\n"
          "        opt.zero_grad()\n"
          "        loss = nn.functional.cross_entropy(model(x), y)\n"
          "        loss.backward()                         # gradients are all-reduced here\n"
          "        opt.step()\n"
+         "        ddplab.log(loss=loss, samples=len(x))     # one point for the live dashboard\n"
          "    print(f'epoch {epoch}: loss {loss.item():.3f} after {step + 1} steps on {len(sampler)} samples')\n"
          "\n"
          "checksum = param_checksum(model.module)"),
+    md("While the cell ran, the dashboard above (and in the cell) showed each rank move from *ready* to "
+       "*training* to *done*, its loss and its samples/s. Every point is kept: `%ddp_history` returns them all."),
+    code("h = %ddp_history\n"
+         "h"),
     md("Each rank saw different data, yet all hold the same parameters:"),
     code("checksums = %ddp_gather checksum\n"
          "print('parameters identical on every rank:', len(set(checksums)) == 1)"),

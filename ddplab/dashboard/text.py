@@ -61,28 +61,29 @@ def show_result(result):
 
 
 class LiveOutput:
-    """While a cell runs in a notebook: each rank's latest output lines, updated in place.
+    """A view for notebooks without the dashboard: each rank's latest output lines, updated in place.
 
-    Shown only once the cell has run for `after` seconds, redrawn at most `hz`
-    times a second; removed when the cell ends (the full output is printed then).
+    Shown only once the cell has run for `after` seconds; removed when the cell ends (the
+    full output is printed then).
     """
 
-    def __init__(self, tail=8, after=1.0, hz=4.0):
-        self.tail, self.after, self.interval = tail, after, 1.0 / hz
-        self.started = time.monotonic()
+    def __init__(self, tail=8, after=1.0):
+        self.tail, self.after = tail, after
         self.handle = None
         self.last_text = None
-        self.last_draw = 0.0
 
-    def update(self, ar, ranks):
-        now = time.monotonic()
-        if now - self.started < self.after or now - self.last_draw < self.interval:
+    def begin(self, lab):
+        self.handle, self.last_text = None, None
+
+    def update(self, lab):
+        rs = lab.run_state
+        if rs.cell_started is None or rs.elapsed(time.monotonic()) < self.after or rs.cell_ended:
             return
         blocks = []
-        for r, out in zip(ranks, ar.stdout):
-            lines = (out or "").splitlines()[-self.tail:]
+        for r in rs.running:
+            lines = rs.ranks[r].output.splitlines()[-self.tail:]
             blocks.append(f"[rank {r}] " + (("\n" + "\n".join(lines)) if lines else "(no output yet)"))
-        text = f"running on {len(ranks)} rank(s), {now - self.started:.0f} s\n" + "\n".join(blocks)
+        text = f"running on {len(rs.running)} rank(s), {rs.elapsed(time.monotonic()):.0f} s\n" + "\n".join(blocks)
         if text == self.last_text:
             return
         from IPython.display import display
@@ -92,9 +93,9 @@ class LiveOutput:
             self.handle = display(data, raw=True, display_id=True)
         else:
             self.handle.update(data, raw=True)
-        self.last_text, self.last_draw = text, now
+        self.last_text = text
 
-    def close(self):
+    def end(self, lab):
         """Remove the live view. A %%ddp cell prints nothing before it, so clearing the cell's
         output removes only the live view; the full output is printed right after."""
         if self.handle is not None:
@@ -102,6 +103,54 @@ class LiveOutput:
 
             clear_output()
             self.handle = None
+
+
+class TextView:
+    """Outside a notebook front end (terminal IPython, the CLI): the dashboard's facts as compact
+    lines, every `every` seconds while ranks train; a failed or lost rank at once."""
+
+    def __init__(self, every=2.0, stream=None):
+        self.every = every
+        self.stream = stream
+        self.last = 0.0
+        self.told = {}
+
+    def _print(self, line):
+        print(line, file=self.stream or sys.stdout, flush=True)
+
+    def begin(self, lab):
+        self.last = time.monotonic()
+        self.told = {}
+
+    def update(self, lab):
+        from .. import state as st
+
+        rs = lab.run_state
+        for r in rs.running:
+            state = rs.states[r]
+            if state in (st.FAILED, st.LOST) and self.told.get(r) != state:
+                self.told[r] = state
+                self._print(f"[rank {r}] {state}: {rs.ranks[r].error or ''}".rstrip())
+        now = time.monotonic()
+        if now - self.last >= self.every and any(rs.ranks[r].points for r in rs.running):
+            self.last = now
+            self._lines(lab, now)
+
+    def _lines(self, lab, now):
+        rs = lab.run_state
+        for r in rs.running:
+            s = rs.ranks[r]
+            if s.points:
+                loss = "" if s.loss is None else f" loss {s.loss:.4f}"
+                rate = "" if s.rate is None else f" samples/s {s.rate:.0f}"
+                self._print(f"[rank {r}] {rs.states[r]} step {s.step}{loss}{rate}")
+        total = [x for x in lab.metrics.current if x is not None]
+        if len(total) > 1:
+            self._print(f"[all]    {rs.elapsed(now):.1f} s, {sum(total):.0f} samples/s in total")
+
+    def end(self, lab):
+        if any(lab.run_state.ranks[r].points for r in lab.run_state.running):
+            self._lines(lab, time.monotonic())
 
 
 class Progress:

@@ -26,7 +26,7 @@ def test_demo_trains_and_prints_per_rank_progress_and_summary():
     out = proc.stdout
     assert "2 ranks ready in" in out
     for r in (0, 1):
-        assert re.search(rf"^\[rank {r}\] step 60/60 loss [\d.]+ samples/s \d+$", out, re.M)
+        assert re.search(rf"^\[rank {r}\] done step 60 loss [\d.]+ samples/s \d+$", out, re.M)
         assert re.search(rf"^\s+{r}\s+[\d.]+\s+\d+\s+\S+$", out, re.M)  # summary row
     assert "parameters identical on every rank: yes" in out
     assert descendants() <= before

@@ -191,3 +191,33 @@ def test_restart_gives_a_fresh_full_group(ip, pool, capsys):
     ddp(ip, "print('leftover' in globals())\nt = torch.ones(1); dist.all_reduce(t)")
     assert "[rank 3] False" in capsys.readouterr().out
     assert [t.item() for t in ip.run_line_magic("ddp_gather", "t")] == [4.0] * 4
+
+
+def test_history_has_every_step_of_every_rank(ip, pool, capsys, tmp_path):
+    cell = ("import time\n"
+            "for s in range(20000):\n"          # far more points than the live view draws
+            "    ddplab.log(loss=1.0 / (s + 1), samples=8, lr=0.1 * (rank + 1))\n"
+            "with ddplab.phase('eval'):\n"
+            "    time.sleep(0.3)\n"
+            "open_phase = ddplab.phase('checkpoint'); open_phase.__enter__()\n")
+    assert ddp(ip, cell).success
+    out = capsys.readouterr().out
+    for r in range(4):  # the terminal view's last lines
+        assert re.search(rf"^\[rank {r}\] done step 19999 loss 0\.0001 samples/s \d+$", out, re.M)
+        assert pool.run_state.ranks[r].points == 20000  # the live view got every batch here too
+        assert pool.run_state.ranks[r].phase == "checkpoint"
+    history = ip.run_line_magic("ddp_history", "")
+    last = max(row["cell"] for row in history)
+    for r in range(4):
+        rows = history.where(rank=r, cell=last)
+        assert [row["step"] for row in rows] == list(range(20000))
+        assert rows[0]["lr"] == pytest.approx(0.1 * (r + 1)) and rows[-1]["loss"] == pytest.approx(1 / 20000)
+        times = [row["time"] for row in rows]
+        assert times == sorted(times)
+    path = tmp_path / "history.csv"
+    ip.run_line_magic("ddp_history", f"--csv {path}")
+    assert f"wrote {len(history)} points" in capsys.readouterr().out
+    assert sum(1 for _ in open(path)) == len(history) + 1
+    with pytest.raises(UsageError, match="cannot write"):
+        ip.run_line_magic("ddp_history", "--csv /no/such/dir/h.csv")
+    ddp(ip, "open_phase.__exit__(None, None, None)")

@@ -35,10 +35,30 @@ def test_quickstart_runs_end_to_end():
     assert [f"[rank {r}] {r} 4 6.0" in reduce_out for r in range(4)] == [True] * 4
     assert text_of(find(nb, "%ddp_gather t")) == "[tensor([6.]), tensor([6.]), tensor([6.]), tensor([6.])]"
     train_out = text_of(find(nb, "%%ddp\nfrom torch.nn.parallel"))
-    losses = [float(x) for x in re.findall(r"epoch 1: loss ([\d.]+)", train_out)]
+    losses = [float(x) for x in re.findall(r"epoch 2: loss ([\d.]+)", train_out)]
     assert len(losses) == 4 and max(losses) < 2.0  # every rank trained (chance level is 2.3)
     assert "parameters identical on every rank: True" in text_of(find(nb, "checksums"))
     status = text_of(find(nb, "%ddp_status"))
     assert len(re.findall(r"^\d\s+\d+\s+\d+\s+\S+\s+1\s+done$", status, re.M)) == 4
     assert "stopped 4 ranks" in text_of(find(nb, "%ddp_stop"))
+    assert re.search(r"History\(768 points from ranks 0-3", text_of(find(nb, "h = %ddp_history")))
     assert descendants() <= before  # kernel and pool are gone
+
+    # the training cell keeps a static picture of how it ended: every rank done, both plots
+    snapshot = "".join(o.get("data", {}).get("text/html", "") for o in find(nb, "%%ddp\nfrom torch.nn.parallel").outputs)
+    assert len(re.findall(r'class="rank-token" data-rank="\d" data-state="done"', snapshot)) == 4
+    assert snapshot.count("data:image/png;base64,") == 2
+
+    # the saved widget state holds the dashboard's models, as they were at the end
+    state = nb.metadata["widgets"]["application/vnd.jupyter.widget-state+json"]["state"]
+    models = [m["state"] for m in state.values()]
+    boxes = [m for m in models if "ddplab-dashboard" in m.get("_dom_classes", ())]
+    assert len(boxes) == 1
+    html_values = [m.get("value", "") for m in models if m.get("_model_name") == "HTMLModel"]
+    table = next(v for v in html_values if "ddplab-table" in v)
+    assert len(re.findall(r'<tr class="ddplab-rank', table)) == 4 and table.count('data-state="stopped"') == 4
+    assert any("ddplab-diagram" in v for v in html_values)
+    images = [m for m in models if "ddplab-loss-plot" in m.get("_dom_classes", ())]
+    assert len(images) == 1
+    tabs = [m for m in models if m.get("_model_name") == "TabModel"]
+    assert tabs and tabs[0]["titles"] == ["rank 0", "rank 1", "rank 2", "rank 3"]

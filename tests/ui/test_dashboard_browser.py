@@ -1,0 +1,196 @@
+"""The dashboard in a real JupyterLab, rendered by headless Chromium (driven by Playwright).
+
+Runs the quickstart notebook with Run > Run All and watches the live dashboard while it trains.
+"""
+import os
+import pathlib
+import shutil
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+
+import pytest
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+ARTIFACTS = ROOT / "tests" / "ui" / "artifacts"
+CHROMIUM = "/usr/bin/chromium"
+CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--no-first-run", "--disable-background-networking",
+                 "--disable-component-update", "--disable-sync"]
+pytestmark = pytest.mark.pool
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def jupyterlab(tmp_path_factory):
+    """JupyterLab on loopback with a token, serving a copy of the notebooks; ended by its pid."""
+    if not os.path.exists(CHROMIUM):
+        pytest.fail(f"{CHROMIUM} is missing: ./dev test installs Debian's chromium package")
+    root = tmp_path_factory.mktemp("lab")
+    shutil.copy(ROOT / "notebooks" / "00_quickstart.ipynb", root)
+    port, token = free_port(), "ddplab-test-token"
+    log = open(root / "jupyter.log", "w")
+    server = subprocess.Popen(
+        [sys.executable, "-m", "jupyterlab", "--no-browser", "--allow-root", f"--ServerApp.port={port}",
+         "--ServerApp.ip=127.0.0.1", f"--IdentityProvider.token={token}", f"--ServerApp.root_dir={root}",
+         "--LabApp.news_url=", "--ServerApp.open_browser=False"],
+        stdout=log, stderr=subprocess.STDOUT, cwd=root, env=dict(os.environ, PYTHONPATH=str(ROOT)))
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 90
+        while True:
+            try:
+                urllib.request.urlopen(f"{url}/api/status?token={token}", timeout=2)
+                break
+            except OSError:
+                if server.poll() is not None or time.monotonic() > deadline:
+                    raise RuntimeError("JupyterLab did not start:\n" + (root / "jupyter.log").read_text()[-3000:])
+                time.sleep(0.3)
+        yield url, token, root
+    finally:
+        server.terminate()
+        try:
+            server.wait(15)
+        except subprocess.TimeoutExpired:
+            server.kill()
+            server.wait(5)
+        log.close()
+
+
+@pytest.fixture(scope="module")
+def browser():
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as p:
+        b = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True)
+        yield b
+        b.close()
+
+
+TOKEN_STATES = """() => {
+  const dash = document.querySelector('.ddplab-dashboard');
+  if (!dash) return null;
+  return Array.from(dash.querySelectorAll('g.rank-token')).map(g => g.dataset.state);
+}"""
+# the loss plot's lines (an SVG over the axes picture) carry the number of the frame they show
+LOSS_FRAME = "() => { const s = document.querySelector('.ddplab-loss-plot svg'); return s ? s.dataset.frame : null; }"
+
+
+def test_dashboard_renders_and_updates_live_in_jupyterlab(jupyterlab, browser):
+    url, token, root = jupyterlab
+    ARTIFACTS.mkdir(exist_ok=True)
+    page = browser.new_page(viewport={"width": 1400, "height": 1000})
+    page.set_default_timeout(60_000)
+    page.goto(f"{url}/lab/tree/00_quickstart.ipynb?token={token}")
+    page.wait_for_selector(".jp-NotebookPanel .jp-Cell", timeout=90_000)
+    # JupyterLab may ask which kernel to start: take the one the notebook names (Python 3)
+    try:
+        page.click(".jp-Dialog .jp-mod-accept", timeout=10_000)
+    except Exception:  # noqa: BLE001 - no dialog: the kernel started by itself
+        pass
+    page.wait_for_selector(".jp-NotebookPanel-toolbar :text('Python 3 (ipykernel)')", timeout=60_000)
+    page.wait_for_function("() => document.querySelector('.jp-Notebook-ExecutionIndicator')"
+                           "?.dataset.status === 'idle'", timeout=60_000)
+    page.click(".lm-MenuBar-itemLabel:text-is('Run')")
+    page.click(".lm-Menu-item[data-command='runmenu:run-all']")
+
+    frames, states_seen, training_frames, live_shot = set(), [], set(), False
+    deadline = time.monotonic() + 180
+    last_states = None
+    while time.monotonic() < deadline:
+        states = page.evaluate(TOKEN_STATES)
+        src = page.evaluate(LOSS_FRAME)
+        if states:
+            if states != last_states:
+                states_seen.append(tuple(states))
+                last_states = states
+            if src:
+                frames.add(src)
+                if "training" in states:
+                    training_frames.add(src)
+                    if len(training_frames) == 4 and not live_shot:  # mid-training, for the README
+                        page.locator(".ddplab-dashboard").first.screenshot(path=str(ARTIFACTS / "dashboard-live.png"))
+                        live_shot = True
+            if all(s == "stopped" for s in states) and len(states_seen) > 2:
+                break
+        time.sleep(0.05)
+    else:
+        page.screenshot(path=str(ARTIFACTS / "timeout.png"), full_page=True)
+        pytest.fail(f"the notebook did not finish in 180 s; states seen: {states_seen[-5:]}")
+
+    errors = page.locator(".jp-OutputArea-output[data-mime-type='application/vnd.jupyter.stderr']:has-text('Error')")
+    assert errors.count() == 0, errors.first.inner_text()
+    # each rank went init -> training -> done, and ended done before %ddp_stop
+    assert ("init",) * 4 in states_seen  # start-up shown live (ready passes too fast to see with Run All)
+    assert any("training" in s for s in states_seen)
+    assert states_seen[-2] == ("done",) * 4 and states_seen[-1] == ("stopped",) * 4
+    assert len(training_frames) >= 3, f"loss plot frames while training: {len(training_frames)}"
+
+    # the training cell keeps a static picture of its end: one row per rank, every rank at done
+    snap = page.locator(".ddplab-snapshot").first
+    snap.scroll_into_view_if_needed()
+    assert snap.locator("tr.ddplab-rank").count() == 4
+    assert snap.locator("g.rank-token[data-state='done']").count() == 4
+    snap.screenshot(path=str(ARTIFACTS / "dashboard-snapshot.png"))
+    live = page.locator(".ddplab-dashboard").first
+    assert live.locator("tr.ddplab-rank").count() == 4
+    live.scroll_into_view_if_needed()
+    page.screenshot(path=str(ARTIFACTS / "jupyterlab.png"))
+
+
+ZH_NOTEBOOK = {
+    "cells": [
+        {"cell_type": "code", "metadata": {}, "outputs": [], "execution_count": None,
+         "source": "%load_ext ddplab\n%ddp_start 2 --lang zh"},
+        {"cell_type": "code", "metadata": {}, "outputs": [], "execution_count": None,
+         "source": "%%ddp\nfrom ddplab.workloads import train_ddp\nsummary = train_ddp(steps=150)"},
+    ],
+    "metadata": {"kernelspec": {"name": "python3", "display_name": "Python 3", "language": "python"}},
+    "nbformat": 4, "nbformat_minor": 5,
+}
+
+
+def test_chinese_labels_render_with_a_cjk_font(jupyterlab, browser):
+    import json
+
+    url, token, root = jupyterlab
+    (root / "zh.ipynb").write_text(json.dumps(ZH_NOTEBOOK))
+    page = browser.new_page(viewport={"width": 1400, "height": 900})
+    page.set_default_timeout(60_000)
+    page.goto(f"{url}/lab/tree/zh.ipynb?token={token}")
+    page.wait_for_selector(".jp-NotebookPanel .jp-Cell", timeout=90_000)
+    try:
+        page.click(".jp-Dialog .jp-mod-accept", timeout=10_000)
+    except Exception:  # noqa: BLE001 - no dialog: the kernel started by itself
+        pass
+    page.wait_for_function("() => document.querySelector('.jp-Notebook-ExecutionIndicator')"
+                           "?.dataset.status === 'idle'", timeout=60_000)
+    page.click(".lm-MenuBar-itemLabel:text-is('Run')")
+    page.click(".lm-Menu-item[data-command='runmenu:run-all']")
+    page.wait_for_function(
+        "() => { const t = document.querySelectorAll('.ddplab-snapshot g.rank-token[data-state=\"done\"]');"
+        " return t.length === 2; }", timeout=180_000)
+    live = page.locator(".ddplab-dashboard").first
+    text = live.inner_text()
+    for word in ("状态", "步数", "损失", "样本/秒"):
+        assert word in text
+    svg = live.locator("svg.ddplab-diagram").inner_html()
+    for word in ("初始化", "训练中", "完成", "失败", "丢失"):
+        assert word in svg
+    # a CJK font is installed, so 训 is drawn as itself: its pixels differ from the box drawn for a
+    # code point no font has (U+E000)
+    assert page.evaluate("""() => {
+        const draw = (ch) => { const c = document.createElement('canvas'); c.width = c.height = 32;
+            const g = c.getContext('2d'); g.font = '24px sans-serif'; g.fillText(ch, 2, 26);
+            return Array.from(g.getImageData(0, 0, 32, 32).data).join(','); };
+        return draw('训') !== draw(String.fromCharCode(0xE000)) && draw('训') !== draw('川'); }""")
+    live.scroll_into_view_if_needed()
+    live.screenshot(path=str(ARTIFACTS / "dashboard-zh.png"))
+    page.click(".lm-MenuBar-itemLabel:text-is('Kernel')")
+    page.click(".lm-Menu-item[data-command='kernelmenu:shutdown']")

@@ -1,0 +1,140 @@
+"""The dashboard's pure pieces: diagram, table, header, plots and the text view."""
+import io
+import re
+
+import pytest
+
+from ddplab import state as st
+from ddplab.dashboard import html
+from ddplab.dashboard.plots import LivePlot, nice_ceiling
+from ddplab.dashboard.text import TextView
+from ddplab.metrics import LiveMetrics, Series
+
+
+def run_state(states):
+    rs = st.RunState(len(states))
+    rs.states.states = list(states)
+    return rs
+
+
+def tokens(svg):
+    return dict((int(r), s) for r, s in re.findall(r'class="rank-token" data-rank="(\d+)" data-state="(\w+)"', svg))
+
+
+def test_diagram_draws_every_rank_at_its_node():
+    rs = run_state([st.TRAINING, st.DONE, st.FAILED, st.RUNNING])
+    svg, pos = html.diagram_svg(rs)
+    assert tokens(svg) == {0: "training", 1: "done", 2: "failed", 3: "running"}
+    for node in (st.INIT, st.TRAINING, st.DONE, st.READY, st.FAILED, st.LOST):
+        assert f'data-node="{node}"' in svg
+    assert re.search(r'data-node="training" data-count="2"', svg)  # running is drawn at training
+    x, y = html.NODES[st.FAILED]
+    assert x <= pos[2][0] <= x + html.NODE_W and y <= pos[2][1] <= y + html.NODE_H
+    assert 'data-failed="1"' in svg and "#d62728" in svg  # the failed rank is marked red
+
+
+def test_diagram_labels_in_chinese_and_tokens_slide_when_they_move():
+    rs = run_state([st.READY, st.READY])
+    svg, pos = html.diagram_svg(rs, "zh")
+    for word in ("初始化", "训练中", "完成", "失败", "丢失", "就绪"):
+        assert word in svg
+    assert "animateTransform" not in svg
+    rs.states.set(0, st.RUNNING)
+    svg2, _ = html.diagram_svg(rs, "zh", previous=pos)
+    moved = re.findall(r'data-rank="(\d)" data-state="\w+"><animateTransform', svg2)
+    assert moved == ["0", "1"]  # rank 0 slides to training; rank 1 takes the first place at ready
+    svg3, _ = html.diagram_svg(rs, "zh", previous=html.diagram_svg(rs)[1])
+    assert "animateTransform" not in svg3  # nothing moved: nothing slides
+
+
+def test_many_ranks_show_a_count_instead_of_overflowing():
+    svg, pos = html.diagram_svg(run_state([st.TRAINING] * 40))
+    assert len(pos) == html.MAX_TOKENS and "+28" in svg
+
+
+def test_table_one_row_per_rank_failed_row_red():
+    rs = run_state([st.TRAINING, st.FAILED])
+    rs.points_arrived(0, 41, 0.25, 2300.0, heard=10.0, count=5)
+    rs.ranks[0].phase = "eval"
+    rs.ranks[1].error = "ValueError: boom"
+    table = html.rank_table(rs, now=12.5)
+    assert table.count('<tr class="ddplab-rank') == 2
+    assert re.search(r'data-rank="0" data-state="training".*?training · eval.*?41.*?0\.2500.*?2,300.*?2\.5 s ago',
+                     table)
+    assert re.search(r'class="ddplab-rank ddplab-failed" data-rank="1" data-state="failed" title="ValueError: boom"',
+                     table)
+    assert "进程 (rank)" in html.rank_table(rs, 12.5, "zh")
+
+
+def test_header_names_the_cell_and_total_throughput():
+    rs = run_state([st.READY, st.READY])
+    lm = LiveMetrics(2)
+    lm.current = [1000.0, 1500.0]
+    rs.begin_cell([0, 1], now=100.0)
+    assert "cell 1 · running 2.0 s" in html.header("", rs, lm, 102.0)
+    assert "total 2,500 samples/s" in html.header("", rs, lm, 102.0)
+    rs.set_all(st.STOPPED)
+    assert "pool stopped" in html.header("", rs, lm, 103.0)
+
+
+def test_nice_ceiling():
+    assert [nice_ceiling(v) for v in (0.3, 1, 1.2, 3, 7, 64, 101, 0)] == [0.5, 1, 2, 5, 10, 100, 200, 1.0]
+
+
+def png_size(data):
+    from PIL import Image
+
+    return Image.open(io.BytesIO(data)).size
+
+
+def overlay_points(svg):
+    return [tuple(map(float, p.split(","))) for p in re.search(r'points="([^"]+)"', svg).group(1).split()]
+
+
+def test_live_plot_redraws_axes_only_when_data_leaves_them():
+    plot = LivePlot()
+    s = Series(cap=100)
+    for i in range(60):  # x limit 100, y limit 5
+        s.add(i, 2.0 - i * 0.01)
+    background, overlay = plot.render({0: (s, "#1f77b4", 1.4)})
+    assert png_size(background) == (plot.width, plot.height) and plot.backgrounds == 1
+    pts = overlay_points(overlay)
+    x, y, w, h = plot.box
+    assert len(pts) == 60 and all(x - 0.1 <= px <= x + w and y <= py <= y + h for px, py in pts)
+    assert pts[0][0] == pytest.approx(x, abs=0.1)  # step 0 sits on the left edge
+    assert pts[1][1] > pts[0][1]  # a falling loss goes down the picture
+    assert plot.render({0: (s, "#1f77b4", 1.4)}) == (None, None)  # nothing new: no frame
+    for i in range(60, 80):
+        s.add(i, 1.8)
+    background, overlay = plot.render({0: (s, "#1f77b4", 1.4)})
+    assert background is None and len(overlay_points(overlay)) == 80 and plot.backgrounds == 1
+    for i in range(80, 101):  # past the cap: the series thins out; the axes stay
+        s.add(i * 0.5, 1.5)
+    background, overlay = plot.render({0: (s, "#1f77b4", 1.4)})
+    assert background is None and len(overlay_points(overlay)) == len(s) < 100
+    s.add(499, 1.0)  # far outside the x limit (twice: the thinned series keeps every 2nd point)
+    s.add(500, 1.0)
+    background, _ = plot.render({0: (s, "#1f77b4", 1.4)})
+    assert background is not None and plot.backgrounds == 2 and plot.limits[1] >= 500
+
+
+def test_text_view_prints_compact_lines_and_failures_at_once(capsys):
+    class FakeLab:
+        pass
+
+    lab = FakeLab()
+    lab.run_state = run_state([st.READY, st.READY])
+    lab.metrics = LiveMetrics(2)
+    view = TextView(every=0.0)
+    lab.run_state.begin_cell([0, 1], now=0.0)
+    view.begin(lab)
+    view.update(lab)
+    assert capsys.readouterr().out == ""  # nothing logged yet: quiet
+    lab.run_state.points_arrived(0, 10, 0.5, 640.0, 1.0, 10)
+    lab.metrics.current = [640.0, None]
+    view.update(lab)
+    assert "[rank 0] training step 10 loss 0.5000 samples/s 640" in capsys.readouterr().out
+    lab.run_state.fail(1, "ValueError: boom")
+    view.update(lab)
+    view.update(lab)
+    assert capsys.readouterr().out.count("[rank 1] failed: ValueError: boom") == 1
