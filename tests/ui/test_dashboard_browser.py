@@ -35,12 +35,16 @@ def jupyterlab(tmp_path_factory):
     root = tmp_path_factory.mktemp("lab")
     shutil.copy(ROOT / "notebooks" / "00_quickstart.ipynb", root)
     port, token = free_port(), "ddplab-test-token"
+    home = tmp_path_factory.mktemp("jupyter-home")  # settings and workspaces of this server only
     log = open(root / "jupyter.log", "w")
     server = subprocess.Popen(
         [sys.executable, "-m", "jupyterlab", "--no-browser", "--allow-root", f"--ServerApp.port={port}",
          "--ServerApp.ip=127.0.0.1", f"--IdentityProvider.token={token}", f"--ServerApp.root_dir={root}",
-         "--LabApp.news_url=", "--ServerApp.open_browser=False"],
-        stdout=log, stderr=subprocess.STDOUT, cwd=root, env=dict(os.environ, PYTHONPATH=str(ROOT)))
+         "--LabApp.news_url=", "--ServerApp.open_browser=False", f"--LabApp.workspaces_dir={home / 'ws'}",
+         f"--LabApp.user_settings_dir={home / 'settings'}"],
+        stdout=log, stderr=subprocess.STDOUT, cwd=root,
+        env=dict(os.environ, PYTHONPATH=str(ROOT), JUPYTER_CONFIG_DIR=str(home / "config"),
+                 JUPYTER_RUNTIME_DIR=str(home / "runtime")))
     url = f"http://127.0.0.1:{port}"
     try:
         deadline = time.monotonic() + 90
@@ -82,13 +86,12 @@ TOKEN_STATES = """() => {
 LOSS_FRAME = "() => { const s = document.querySelector('.ddplab-loss-plot svg'); return s ? s.dataset.frame : null; }"
 
 
-def test_dashboard_renders_and_updates_live_in_jupyterlab(jupyterlab, browser):
-    url, token, root = jupyterlab
-    ARTIFACTS.mkdir(exist_ok=True)
-    page = browser.new_page(viewport={"width": 1400, "height": 1000})
+def run_all(browser, url, token, notebook, height):
+    """Open the notebook in JupyterLab, wait for its kernel, then Run > Run All."""
+    page = browser.new_page(viewport={"width": 1400, "height": height})
     page.set_default_timeout(60_000)
-    page.goto(f"{url}/lab/tree/00_quickstart.ipynb?token={token}")
-    page.wait_for_selector(".jp-NotebookPanel .jp-Cell", timeout=90_000)
+    page.goto(f"{url}/lab/tree/{notebook}?reset&token={token}")  # reset: only this notebook open
+    page.wait_for_selector(".jp-NotebookPanel .jp-Cell >> visible=true", timeout=90_000)
     # JupyterLab may ask which kernel to start: take the one the notebook names (Python 3)
     try:
         page.click(".jp-Dialog .jp-mod-accept", timeout=10_000)
@@ -99,6 +102,13 @@ def test_dashboard_renders_and_updates_live_in_jupyterlab(jupyterlab, browser):
                            "?.dataset.status === 'idle'", timeout=60_000)
     page.click(".lm-MenuBar-itemLabel:text-is('Run')")
     page.click(".lm-Menu-item[data-command='runmenu:run-all']")
+    return page
+
+
+def test_dashboard_renders_and_updates_live_in_jupyterlab(jupyterlab, browser):
+    url, token, root = jupyterlab
+    ARTIFACTS.mkdir(exist_ok=True)
+    page = run_all(browser, url, token, "00_quickstart.ipynb", height=1000)
 
     frames, states_seen, training_frames, live_shot = set(), [], set(), False
     deadline = time.monotonic() + 180
@@ -161,18 +171,7 @@ def test_chinese_labels_render_with_a_cjk_font(jupyterlab, browser):
 
     url, token, root = jupyterlab
     (root / "zh.ipynb").write_text(json.dumps(ZH_NOTEBOOK))
-    page = browser.new_page(viewport={"width": 1400, "height": 900})
-    page.set_default_timeout(60_000)
-    page.goto(f"{url}/lab/tree/zh.ipynb?token={token}")
-    page.wait_for_selector(".jp-NotebookPanel .jp-Cell", timeout=90_000)
-    try:
-        page.click(".jp-Dialog .jp-mod-accept", timeout=10_000)
-    except Exception:  # noqa: BLE001 - no dialog: the kernel started by itself
-        pass
-    page.wait_for_function("() => document.querySelector('.jp-Notebook-ExecutionIndicator')"
-                           "?.dataset.status === 'idle'", timeout=60_000)
-    page.click(".lm-MenuBar-itemLabel:text-is('Run')")
-    page.click(".lm-Menu-item[data-command='runmenu:run-all']")
+    page = run_all(browser, url, token, "zh.ipynb", height=900)
     page.wait_for_function(
         "() => { const t = document.querySelectorAll('.ddplab-snapshot g.rank-token[data-state=\"done\"]');"
         " return t.length === 2; }", timeout=180_000)
