@@ -19,6 +19,9 @@ _LAZY = {
     "StartFailed": "ddplab.errors",
     "NameMissing": "ddplab.errors",
     "RankFailed": "ddplab.errors",
+    "RankLost": "ddplab.errors",
+    "CellTimeout": "ddplab.errors",
+    "Interrupted": "ddplab.errors",
 }
 __all__ = ["__version__", "load_ipython_extension", "unload_ipython_extension", *_LAZY]
 

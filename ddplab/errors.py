@@ -48,12 +48,16 @@ class CellTimeout(DDPLabError):
     """A cell ran longer than its timeout; its ranks were interrupted."""
 
 
+class RankLost(UsageProblem):
+    """A rank's engine is gone; %ddp_restart brings it back."""
+
+
 class RankFailed(DDPLabError):
     """One or more ranks raised (or died) while running a cell.
 
-    ``failures`` maps rank -> RankError, the first to fail (the root cause) first;
-    ``result`` is the RunResult with every rank's output, so nothing printed
-    before the error is lost.
+    ``failures`` maps rank -> RankError, the root cause first; ``result`` is the RunResult with
+    every rank's output (nothing printed before the error is lost) and ``result.recovery``
+    says what ddplab did to make the pool usable again.
     """
 
     def __init__(self, failures, result=None):
@@ -62,14 +66,16 @@ class RankFailed(DDPLabError):
         super().__init__(self._headline())
 
     def _headline(self):
-        return "; ".join(f"rank {r}: {f.ename}: {f.evalue}" for r, f in self.failures.items())
+        return "; ".join(f"rank {r}: {f.ename}: {f.evalue}" for r, f in self.failures.items() if not is_echo(f)) \
+            or "; ".join(f"rank {r}: {f.ename}: {f.evalue}" for r, f in self.failures.items())
 
     @property
     def ranks(self):
         return list(self.failures)
 
     def report(self, color=True):
-        """Root cause first; ranks that failed the same way are named together, traceback once.
+        """Root cause first, with its traceback; ranks that failed the same way named together;
+        ranks whose collective was cut off by it in one line; then what ddplab did about it.
 
         color=False strips the terminal colour codes of the ranks' tracebacks (for logs, pipes).
         """
@@ -77,18 +83,31 @@ class RankFailed(DDPLabError):
         return lines if color else [ANSI.sub("", line) for line in lines]
 
     def _report(self):
+        causes = {r: f for r, f in self.failures.items() if not is_echo(f)}
+        echoes = sorted(r for r, f in self.failures.items() if is_echo(f))
         groups = {}
-        for r, f in self.failures.items():
+        for r, f in causes.items():
             groups.setdefault(f.signature(), []).append(r)
         lines = []
         for ranks in groups.values():
             f = self.failures[ranks[0]]
             where = ", ".join(x for x in (f"engine {f.engine_id}", f"pid {f.pid}", f.host) if x)
-            lines.append(f"rank {ranks[0]} failed ({where})")
+            at = f" at step {f.step}" if f.step is not None else ""
+            if f.ename == "RankLost":
+                lines.append(f"rank {ranks[0]} lost{at} ({where}): {f.evalue}")
+            else:
+                lines.append(f"rank {ranks[0]} failed{at} ({where})")
             if len(ranks) > 1:
                 others = ranks[1:]
                 lines.append(f"rank{'s' if len(others) > 1 else ''} {', '.join(map(str, others))} failed the same way")
-            lines.extend(f.traceback_lines or [f"{f.ename}: {f.evalue}"])
+            if f.ename != "RankLost":
+                lines.extend(f.traceback_lines or [f"{f.ename}: {f.evalue}"])
+        if echoes:
+            cause = f"rank {next(iter(causes))}" if causes else "a failed rank"
+            lines.append(f"rank{'s' if len(echoes) > 1 else ''} {', '.join(map(str, echoes))} stopped: "
+                         f"{'their' if len(echoes) > 1 else 'its'} collective was cut off by {cause}")
+        if self.result is not None:
+            lines.extend(getattr(self.result, "recovery", []))
         return lines
 
     def _render_traceback_(self):
@@ -96,13 +115,20 @@ class RankFailed(DDPLabError):
         return self.report()
 
 
+def is_echo(error):
+    """A failure caused by another rank's: its collective was cut off (gloo's message)."""
+    text = f"{error.ename} {error.evalue}".lower()
+    return "connection closed by peer" in text or "connection reset by peer" in text
+
+
 class RankError:
     """What one rank reported when it failed."""
 
-    def __init__(self, ename, evalue, traceback_lines=(), engine_id=None, pid=None, host=""):
+    def __init__(self, ename, evalue, traceback_lines=(), engine_id=None, pid=None, host="", step=None):
         self.ename, self.evalue = ename, evalue
         self.traceback_lines = list(traceback_lines)
         self.engine_id, self.pid, self.host = engine_id, pid, host
+        self.step = step  # the last step the rank logged (ddplab.log), if any
 
     def signature(self):
         """What makes two failures 'the same': the error and its traceback, minus cell numbers."""

@@ -3,14 +3,18 @@
 Everything the magics do is a call on Lab, so scripts, the CLI and tests use
 the same path. The controller, the engines' connection files and the
 rendezvous file live in a private temporary directory (mode 0700) that stop()
-removes.
+removes. A small reaper process ends the pool if the process that started it
+dies without stopping it (kill -9 of the notebook kernel).
 """
 import atexit
 import logging
 import os
 import shutil
 import signal
+import subprocess
+import sys
 import tempfile
+import threading
 import time
 import weakref
 from dataclasses import dataclass, field
@@ -18,13 +22,16 @@ from dataclasses import dataclass, field
 import psutil
 
 from . import state as st
+from .errors import (BadRequest, CellTimeout, NameMissing, PoolAlreadyRunning, PoolNotRunning, RankError,
+                     RankFailed, RankLost, StartFailed)
 from .metrics import LiveMetrics
-from .monitor import Monitor, Telemetry
-from .errors import BadRequest, CellTimeout, NameMissing, PoolAlreadyRunning, PoolNotRunning, RankError, RankFailed, StartFailed
+from .errors import is_echo
+from .monitor import ESCALATE, Monitor, Telemetry
+from .system import (cores, default_ranks, exit_reason, is_gone, kill, loopback_interface, max_local_ranks,
+                     wait_gone)
 
-ENGINE_MB = 350  # resident memory of one engine with torch imported (measured ~250 MB) plus headroom
-MAX_DEFAULT_RANKS = 4
 HEARTBEAT_MS = 500  # ipyparallel's default 3000 ms makes registration (and death detection) slow
+WATCH_EVERY = 1.0  # seconds between looks for dead engines while no cell runs
 
 # ipyparallel logs every engine's start-up output when we end the pool; ddplab reports what matters
 # itself. DDPLAB_DEBUG=1 shows ipyparallel's log on stderr.
@@ -39,49 +46,7 @@ else:
 
 _running_labs = weakref.WeakSet()
 
-
-def cores():
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:  # not on Linux
-        return os.cpu_count() or 1
-
-
-def default_ranks():
-    """Two ranks at least (one rank teaches nothing about communication), cores at most 4."""
-    return min(MAX_DEFAULT_RANKS, max(2, cores()))
-
-
-def max_local_ranks():
-    """How many engines this machine can hold: 4 per core, and the memory they need."""
-    by_memory = psutil.virtual_memory().available // (ENGINE_MB * 2**20)
-    return max(1, min(max(8, 4 * cores()), by_memory))
-
-
-def loopback_interface():
-    """Name of the interface holding 127.0.0.1 ('lo' on Linux, 'lo0' on macOS)."""
-    for name, addrs in psutil.net_if_addrs().items():
-        if any(a.address == "127.0.0.1" for a in addrs):
-            return name
-    return "lo"
-
-
-def is_gone(proc):
-    """Exited, or a zombie: a dead engine's nanny is re-parented to init, which reaps it late."""
-    try:
-        return proc.status() == psutil.STATUS_ZOMBIE
-    except psutil.NoSuchProcess:
-        return True
-
-
-def _wait_gone(procs, timeout):
-    """Wait until every process is gone; return those still alive at the timeout."""
-    deadline = time.monotonic() + timeout
-    alive = [p for p in procs if not is_gone(p)]
-    while alive and time.monotonic() < deadline:
-        time.sleep(0.02)
-        alive = [p for p in alive if not is_gone(p)]
-    return alive
+__all__ = ["Lab", "RunResult", "RankOutput", "cores", "default_ranks", "max_local_ranks", "is_gone"]
 
 
 @dataclass
@@ -103,7 +68,8 @@ class RunResult:
     ranks: list
     outputs: list
     seconds: float = 0.0
-    failure_order: list = field(default_factory=list)  # failed ranks, first to fail first
+    failure_order: list = field(default_factory=list)  # failed ranks, root cause first
+    recovery: list = field(default_factory=list)  # what ddplab did about failures, for the user
 
     def __getitem__(self, rank):
         return self.outputs[self.ranks.index(rank)]
@@ -114,7 +80,7 @@ class RunResult:
 
     @property
     def failed(self):
-        """rank -> RankError, the first rank to fail first."""
+        """rank -> RankError, the root cause first."""
         return {r: self[r].error for r in self.failure_order}
 
 
@@ -128,6 +94,14 @@ def _int_or_none(value, what, low):
     return value
 
 
+def _plural(n, word):
+    return f"{word}{'s' if n != 1 else ''}"
+
+
+def _ranks_text(ranks):
+    return f"{_plural(len(ranks), 'rank')} {', '.join(map(str, ranks))}"
+
+
 class Lab:
     """A pool of `ranks` engines forming one gloo process group.
 
@@ -135,14 +109,14 @@ class Lab:
     ...     lab.run("t = torch.ones(1) * rank; dist.all_reduce(t)")
     ...     lab.gather("t")          # [tensor([1.]), tensor([1.])]
 
-    timeout: seconds a collective may wait before gloo gives up.
+    timeout: seconds a collective may wait before gloo gives up (short: this is interactive).
     threads_per_rank: torch threads in each rank (default: cores // ranks, at least 1).
     rendezvous: "file" (a FileStore in the pool's private directory; opens no
       port) or "tcp://HOST:PORT" (rank 0 hosts a TCPStore; PORT 0 picks a free one).
     launcher: ipyparallel engine launcher ("local", "mpi", "ssh", "slurm", ...).
     """
 
-    def __init__(self, ranks=None, timeout=60.0, threads_per_rank=None, *, rendezvous="file",
+    def __init__(self, ranks=None, timeout=30.0, threads_per_rank=None, *, rendezvous="file",
                  launcher="local", start_timeout=120.0):
         ranks = _int_or_none(ranks, "the number of ranks", 1)
         self.world_size = default_ranks() if ranks is None else ranks
@@ -152,8 +126,8 @@ class Lab:
                 f"{self.world_size} ranks is more than this machine can hold ({cores()} cores, "
                 f"{psutil.virtual_memory().available / 2**30:.1f} GiB free; at most {max_local_ranks()}): "
                 f"ask for fewer ranks")
-        if not isinstance(timeout, (int, float)) or isinstance(timeout, bool) or not timeout > 0:
-            raise BadRequest(f"timeout must be a positive number of seconds, got {timeout!r}")
+        if not isinstance(timeout, (int, float)) or isinstance(timeout, bool) or not 0 < timeout < 86400:
+            raise BadRequest(f"timeout must be a positive number of seconds (under a day), got {timeout!r}")
         self.timeout = float(timeout)
         self.threads = _int_or_none(threads_per_rank, "threads per rank", 1) or max(1, cores() // self.world_size)
         if rendezvous != "file" and not str(rendezvous).startswith("tcp://"):
@@ -166,10 +140,15 @@ class Lab:
         self.view = None  # what shows the pool live: a Dashboard, a TextView, ... (view.update(lab))
         self.telemetry = None
         self.info = []  # per rank: engine id, pid, host, threads
+        self.faults = {}  # rank -> the fault drill set on it (%ddp_fault)
         self.start_seconds = None
         self.last_result = None  # RunResult of the last run(), also when it failed or was interrupted
-        self._cluster = self._client = self._workdir = None
+        self._cluster = self._client = self._workdir = self._reaper = None
+        self._eids, self._procs, self._lost = [], {}, {}
         self._generation = 0
+        self._busy = False
+        self._lock = threading.RLock()
+        self._watching = threading.Event()
 
     # ------------------------------------------------------------------ lifecycle
     @property
@@ -192,8 +171,17 @@ class Lab:
         return f"<Lab {self.world_size} ranks, gloo, {self.threads} thread(s)/rank, {what}>"
 
     def ready_message(self):
-        threads = f"{self.threads} thread{'s' if self.threads > 1 else ''} per rank"
+        threads = f"{self.threads} {_plural(self.threads, 'thread')} per rank"
         return f"{self.world_size} ranks ready in {self.start_seconds:.1f} s (gloo, {threads})"
+
+    def _say(self, progress):
+        def say(message):
+            self.run_state.message = message
+            self.run_state.touch()
+            if progress is not None:
+                progress(message)
+            self._draw()
+        return say
 
     def start(self, progress=None):
         """Start the engines and form the group. progress(message) is called at each stage."""
@@ -204,26 +192,29 @@ class Lab:
         tic = time.perf_counter()
         self.run_state = st.RunState(self.world_size)
         self.metrics = LiveMetrics(self.world_size)
-
-        def say(message):
-            self.run_state.message = message
-            self.run_state.touch()
-            if progress is not None:
-                progress(message)
-            self._draw()
-
+        self.faults, self._lost = {}, {}
+        say = self._say(progress)
         self._workdir = tempfile.mkdtemp(prefix="ddplab-")
         _running_labs.add(self)
         try:
+            self._start_reaper()
             self._launch(say, tic)
-            self._form_group(say, tic)
+            self._form_group(tic + self.start_timeout, say)
         except BaseException as exc:
             self.stop()
             if isinstance(exc, (StartFailed, KeyboardInterrupt)):
                 raise
             raise StartFailed(f"the pool did not start: {type(exc).__name__}: {exc}") from exc
         self.start_seconds = time.perf_counter() - tic
+        self.run_state.message = ""
+        self._watching.clear()
+        threading.Thread(target=self._watch, name="ddplab-watch", daemon=True).start()
         return self
+
+    def _start_reaper(self):
+        """A process that ends the pool if this one dies without stopping it (see reaper.py)."""
+        self._reaper = subprocess.Popen([sys.executable, "-m", "ddplab.reaper", str(os.getpid()), self._workdir],
+                                        stdin=subprocess.DEVNULL, start_new_session=True)
 
     def _engine_environment(self):
         env = {
@@ -248,62 +239,73 @@ class Lab:
             controller_args=[f"--HeartMonitor.period={HEARTBEAT_MS}"])
         say(f"starting {n} ranks: controller ...")
         cluster.start_controller_sync()
-        cluster.start_engines_sync(n, environment=self._engine_environment())
-        self._client = client = cluster.connect_client_sync()
-        deadline = tic + self.start_timeout
-        seen = -1
-        while len(client.ids) < n:
-            if len(client.ids) != seen:
-                seen = len(client.ids)
-                say(f"starting {n} ranks: {seen}/{n} engines up ({time.perf_counter() - tic:.1f} s)")
-            self._check_engines_alive()
-            if time.perf_counter() > deadline:
-                raise StartFailed(
-                    f"{n - len(client.ids)} of {n} engines not ready in {self.start_timeout:.0f} s; "
-                    f"ready: {len(client.ids)}: try again, or fewer ranks")
-            time.sleep(0.02)
-        self._eids = sorted(client.ids)[:n]
+        self._client = cluster.connect_client_sync()
+        self._eids = self._add_engines(n, tic + self.start_timeout, say)
         self.run_state.set_all(st.INIT)
 
-    def _check_engines_alive(self):
-        for es in self._cluster.engines.values():
-            for launcher in getattr(es, "launchers", {}).values():
-                if launcher.process is not None and not launcher.process.is_running():
+    def _add_engines(self, n, deadline, say):
+        """Start n more engines; return their ids once all have registered."""
+        client = self._client
+        known = set(client.ids)
+        before = set(map(id, self._engine_launchers()))
+        self._cluster.start_engines_sync(n, environment=self._engine_environment())
+        started = [l for l in self._engine_launchers() if id(l) not in before]
+        seen = -1
+        while len(set(client.ids) - known) < n:
+            new = len(set(client.ids) - known)
+            if new != seen:
+                seen = new
+                say(f"starting {n} {_plural(n, 'engine')}: {new}/{n} up")
+            for launcher in started:
+                if launcher.process is not None and is_gone(launcher.process):
                     out = launcher.get_output().strip().splitlines()[-3:]
                     raise StartFailed("an engine exited during start-up: " + " | ".join(out))
+            if time.perf_counter() > deadline:
+                raise StartFailed(f"{n - new} of {n} engines not ready in {self.start_timeout:.0f} s; "
+                                  f"ready: {new}: try again, or fewer ranks")
+            time.sleep(0.02)
+        return sorted(set(client.ids) - known)[:n]
 
-    def _form_group(self, say, tic):
+    def _engine_launchers(self):
+        for es in self._cluster.engines.values() if self._cluster else ():
+            yield from getattr(es, "launchers", {}).values()
+
+    def _form_group(self, deadline, say=None):
+        """(Re-)form the gloo group on every rank; returns (seconds, objects tied to the old group)."""
         from .rank import form_group
 
+        tic = time.perf_counter()
         n = self.world_size
         self._generation += 1
         if self.rendezvous == "file":
             where = "file://" + os.path.join(self._workdir, f"rendezvous-{self._generation}")
         else:
             where = self._tcp_rendezvous()
-        say(f"starting {n} ranks: importing torch, forming the gloo group "
-            f"({time.perf_counter() - tic:.1f} s)")
-        self.telemetry = Telemetry("127.0.0.1" if self.local else "0.0.0.0")
+        if say:
+            say(f"starting {n} ranks: importing torch, forming the gloo group")
+        if self.telemetry is None:
+            self.telemetry = Telemetry("127.0.0.1" if self.local else "0.0.0.0")
         ars = [self._client[eid].apply_async(form_group, r, n, where, self.timeout, self.threads,
                                              self.telemetry.address)
                for r, eid in enumerate(self._eids)]
-        deadline = tic + self.start_timeout
         for ar in ars:
             if not ar.wait(max(0.0, deadline - time.perf_counter())):
                 raise StartFailed(f"the gloo group did not form in {self.start_timeout:.0f} s: try again")
-        failed = [(r, ar) for r, ar in enumerate(ars) if not ar.successful()]
-        if failed:
-            r, ar = failed[0]
-            err = ar.exception() if hasattr(ar, "exception") else None
+        for r, ar in enumerate(ars):
             try:
                 ar.get()
             except Exception as exc:  # noqa: BLE001 - reported with its text
-                err = exc
-            raise StartFailed(f"rank {r} could not join the gloo group: {err}")
-        self.info = []
-        for eid, ar in zip(self._eids, ars):
-            self.info.append(dict(ar.get(), engine=eid))
-        self.run_state.set_all(st.READY)
+                raise StartFailed(f"rank {r} could not join the gloo group: {exc}") from None
+        self.info = [dict(ar.get(), engine=eid) for eid, ar in zip(self._eids, ars)]
+        launchers = {l.process.pid: l for l in self._engine_launchers() if l.process is not None}
+        self._procs = {r: launchers[i["pid"]] for r, i in enumerate(self.info) if i["pid"] in launchers}
+        self._write_pids()
+        for r in range(n):
+            if self.run_state.states[r] != st.FAILED:  # keep the red mark of a failed cell
+                self.run_state.set_state(r, st.INIT)
+                self.run_state.set_state(r, st.READY)
+        stale = sorted({name for i in self.info for name in i.pop("stale", [])})
+        return time.perf_counter() - tic, stale
 
     def _tcp_rendezvous(self):
         """tcp://HOST:PORT with PORT 0 replaced by a port free on this host now."""
@@ -320,11 +322,11 @@ class Lab:
         """Controller, engines and every process they started (nannies, DataLoader workers)."""
         procs = []
         launchers = [self._cluster.controller] if self._cluster and self._cluster.controller else []
-        for es in (self._cluster.engines.values() if self._cluster and engines else ()):
-            launchers.extend(getattr(es, "launchers", {}).values())
+        if engines:
+            launchers.extend(self._engine_launchers())
         for launcher in launchers:
             proc = getattr(launcher, "process", None)
-            if proc is None:
+            if proc is None or is_gone(proc):
                 continue
             try:
                 procs.append(proc)
@@ -337,49 +339,137 @@ class Lab:
         """Process ids of every process of the pool (for checks that nothing is left)."""
         return [p.pid for p in self._pool_processes()]
 
+    def _write_pids(self):
+        """Tell the reaper what to end if this process dies."""
+        if self._workdir:
+            path = os.path.join(self._workdir, "pool.pids")
+            with open(path + ".new", "w") as f:
+                f.write("\n".join(map(str, self.pids())))
+            os.replace(path + ".new", path)
+
     def stop(self):
         """End engines, controller and every helper process; remove the private directory."""
-        procs = self._pool_processes()
-        controller = self._pool_processes(engines=False)
-        if self._client is not None:
-            try:
-                self._client.close(linger=0)
-            except Exception:  # noqa: BLE001 - closing a broken client must not stop the stop
-                pass
-        self._client = None
-        # Engines take over a second to exit on SIGTERM with torch loaded, and their nannies
-        # poll for another second or two: the pool is disposable, so SIGKILL all but the controller.
-        for p in procs:
-            try:
-                p.send_signal(signal.SIGTERM if p in controller else signal.SIGKILL)
-            except psutil.Error:
-                pass
-        for p in _wait_gone(procs, timeout=2.0):
-            try:
-                p.kill()
-            except psutil.Error:
-                pass
-        _wait_gone(procs, timeout=2.0)
-        if self._cluster is not None:
-            try:
-                self._cluster.stop_cluster_sync()  # lets ipyparallel clean its own state and files
-            except Exception:  # noqa: BLE001
-                pass
-        self._cluster = None
-        if self._workdir:
-            shutil.rmtree(self._workdir, ignore_errors=True)
-            self._workdir = None
-        if self.telemetry is not None:
-            self.telemetry.close()
-            self.telemetry = None
-        self.run_state.set_all(st.STOPPED)
-        self._draw()
-        _running_labs.discard(self)
+        self._watching.set()
+        with self._lock:
+            procs = self._pool_processes()
+            controller = self._pool_processes(engines=False)
+            if self._client is not None:
+                try:
+                    self._client.close(linger=0)
+                except Exception:  # noqa: BLE001 - closing a broken client must not stop the stop
+                    pass
+            self._client = None
+            # Engines take over a second to exit on SIGTERM with torch loaded, and their nannies
+            # poll for another second or two: the pool is disposable, so SIGKILL all but the controller.
+            for p in procs:
+                kill([p], signal.SIGTERM if p in controller else signal.SIGKILL)
+            kill(wait_gone(procs, timeout=2.0))
+            wait_gone(procs, timeout=2.0)
+            if self._cluster is not None:
+                try:
+                    self._cluster.stop_cluster_sync()  # lets ipyparallel clean its own state and files
+                except Exception:  # noqa: BLE001
+                    pass
+            self._cluster = None
+            if self._reaper is not None:
+                self._reaper.kill()
+                self._reaper.wait(5)
+                self._reaper = None
+            if self._workdir:
+                shutil.rmtree(self._workdir, ignore_errors=True)
+                self._workdir = None
+            if self.telemetry is not None:
+                self.telemetry.close()
+                self.telemetry = None
+            self.run_state.set_all(st.STOPPED)
+            self._draw()
+            _running_labs.discard(self)
 
-    def restart(self, progress=None):
-        """Stop the pool and start a fresh one with the same settings (rank variables are lost)."""
+    def restart(self, progress=None, everything=False):
+        """Bring back a full group. If ranks were lost (or everything=False is not asked), restart
+        only those engines: the other ranks keep their variables. Otherwise a fresh pool with the
+        same settings (every rank's variables are lost). Returns a sentence saying which."""
+        self._require_running()
+        lost = sorted(self.find_lost())
+        if lost and not everything:
+            seconds = self.restart_ranks(lost, progress)
+            kept = [r for r in range(self.world_size) if r not in lost]
+            return (f"restarted {_ranks_text(lost)} in {seconds:.1f} s ({_plural(len(lost), 'its')} variables "
+                    f"are gone; {_ranks_text(kept)} kept theirs); group re-formed")
         self.stop()
-        return self.start(progress)
+        self.start(progress)
+        return f"restarted: {self.ready_message()}; variables from before are gone"
+
+    def restart_ranks(self, ranks, progress=None):
+        """Kill (if alive) and restart the engines of `ranks`, then re-form the group on all ranks."""
+        tic = time.perf_counter()
+        with self._lock:
+            self.kill_ranks(ranks)
+            say = self._say(progress)
+            for r in ranks:
+                self.run_state.set_state(r, st.STARTING)
+                self.faults.pop(r, None)
+            new = self._add_engines(len(ranks), tic + self.start_timeout, say)
+            for r, eid in zip(sorted(ranks), new):
+                self._eids[r] = eid
+                self._lost.pop(r, None)
+                self.run_state.set_state(r, st.INIT)
+            self._form_group(time.perf_counter() + self.start_timeout, say)
+            for r in ranks:
+                self.run_state.ranks[r].error = None
+            self._draw()
+        return time.perf_counter() - tic
+
+    # ------------------------------------------------------------------ failures
+    def find_lost(self, ranks=None):
+        """rank -> why, for every rank whose engine is gone."""
+        for r in range(self.world_size) if ranks is None else ranks:
+            if r in self._lost:
+                continue
+            launcher = self._procs.get(r)
+            if launcher is not None:  # a local engine: its process tells, with its exit code
+                if is_gone(launcher.process):
+                    self._lost[r] = exit_reason(_exit_code(launcher.process))
+            elif self._client is not None and r < len(self._eids) and self._eids[r] not in self._client.ids:
+                self._lost[r] = exit_reason(None)  # a remote engine the controller no longer hears
+        return {r: why for r, why in self._lost.items() if ranks is None or r in ranks}
+
+    def close_group(self, ranks):
+        """Close the process group on `ranks` (idle ones), so peers blocked on them fail at once."""
+        from .rank import _close_group
+
+        ports = sorted({p for i in self.info for p in i.get("ports", ())})
+        try:
+            self._view(ranks).apply_async(_close_group, ports).get(timeout=5)
+        except Exception:  # noqa: BLE001 - a rank that cannot close its group is dealt with by kill
+            pass
+
+    def kill_ranks(self, ranks):
+        """SIGKILL the engines of `ranks` (and what they started)."""
+        procs = []
+        for r in ranks:
+            launcher = self._procs.get(r)
+            if launcher is not None and not is_gone(launcher.process):
+                try:
+                    procs.extend([*launcher.process.children(recursive=True), launcher.process])
+                except psutil.Error:
+                    pass
+        kill(procs)
+        wait_gone(procs, timeout=3.0)
+        if not self.local:
+            self._client.shutdown(targets=[self._eids[r] for r in ranks], block=False)
+
+    def _watch(self):
+        """While no cell runs, notice engines that die (so the dashboard shows them lost)."""
+        while not self._watching.wait(WATCH_EVERY):
+            with self._lock:
+                if self._busy or not self.running:
+                    continue
+                for r, why in self.find_lost().items():
+                    if self.run_state.states[r] not in (st.LOST, st.STOPPED):
+                        self.run_state.fail(r, why, lost=True)
+                        if getattr(self.view, "threadsafe", False):
+                            self.view.update(self)
 
     # ------------------------------------------------------------------ running code
     def _require_running(self):
@@ -389,12 +479,19 @@ class Lab:
     def _check_ranks(self, ranks):
         self._require_running()
         if ranks is None:
-            return list(range(self.world_size))
-        ranks = list(ranks)
-        bad = [r for r in ranks if isinstance(r, bool) or not isinstance(r, int) or not 0 <= r < self.world_size]
-        if bad or not ranks:
-            raise BadRequest(f"ranks must be among 0..{self.world_size - 1}, got {ranks}")
-        return sorted(set(ranks))
+            ranks = list(range(self.world_size))
+        else:
+            ranks = list(ranks)
+            bad = [r for r in ranks
+                   if isinstance(r, bool) or not isinstance(r, int) or not 0 <= r < self.world_size]
+            if bad or not ranks:
+                raise BadRequest(f"ranks must be among 0..{self.world_size - 1}, got {ranks}")
+            ranks = sorted(set(ranks))
+        lost = self.find_lost(ranks)
+        if lost:
+            r, why = next(iter(lost.items()))
+            raise RankLost(f"rank {r} is lost ({why}): %ddp_restart (Lab.restart()) brings back a full group")
+        return ranks
 
     def _view(self, ranks):
         return self._client[[self._eids[r] for r in ranks]]
@@ -402,15 +499,24 @@ class Lab:
     def run(self, code, ranks=None, timeout=None):
         """Run `code` on every rank (or the given ranks); return a RunResult.
 
-        Raises RankFailed if any rank raised, naming each failed rank with its traceback.
-        timeout: seconds the cell may run; then every rank is interrupted and CellTimeout raised.
-        On KeyboardInterrupt every rank is sent SIGINT and the interrupt is re-raised.
-        While the cell runs, telemetry (ddplab.log) is merged and self.view redrawn.
+        Raises RankFailed if any rank raised or died, root cause first, with what was done about
+        it (the group re-formed, ranks restarted). timeout: seconds the cell may run; then every
+        rank is interrupted and CellTimeout raised. On KeyboardInterrupt every rank is sent
+        SIGINT and the interrupt re-raised. While the cell runs, telemetry (ddplab.log) is
+        merged and self.view redrawn.
         """
         ranks = self._check_ranks(ranks)
         self.last_result = None
         if timeout is not None and not timeout > 0:
             raise BadRequest(f"timeout must be a positive number of seconds, got {timeout!r}")
+        with self._lock:
+            self._busy = True
+        try:
+            return self._run(code, ranks, timeout)
+        finally:
+            self._busy = False
+
+    def _run(self, code, ranks, timeout):
         self.metrics.reset()
         self.run_state.begin_cell(ranks, time.monotonic())
         if self.view is not None:
@@ -418,65 +524,105 @@ class Lab:
         tic = time.perf_counter()
         ar = self._view(ranks).execute(code, silent=False, block=False)
         monitor = Monitor(self, ar, ranks)
+        stopped_by = None
         try:
             if not monitor.wait(None if timeout is None else tic + timeout):
-                self._interrupt_and_finish(monitor, tic)
-                raise CellTimeout(f"the cell ran longer than {timeout:g} s on rank(s) "
-                                  f"{', '.join(map(str, ranks))}; every rank was interrupted (SIGINT)")
+                stopped_by = "timeout"
         except KeyboardInterrupt:
-            self._interrupt_and_finish(monitor, tic)
-            raise
-        result = self._finish(monitor, tic)
+            stopped_by = "interrupt"
+        if stopped_by:
+            monitor.interrupt()
+            monitor.settle()
+        monitor.finish()
+        result = self._collect(monitor, tic)
+        result.recovery = self._recover(monitor, result)
+        self.run_state.end_cell(time.monotonic())
+        if result.recovery:
+            self.run_state.message = " ".join(result.recovery)
+        if self.view is not None:
+            self.view.end(self)
+        if stopped_by == "interrupt":
+            raise KeyboardInterrupt(" ".join(result.recovery))
+        if stopped_by == "timeout":
+            raise CellTimeout(f"the cell ran longer than {timeout:g} s on {_ranks_text(ranks)}; every rank was "
+                              "interrupted (SIGINT)" + "".join(f"; {line}" for line in result.recovery))
         if result.failed:
             raise RankFailed(result.failed, result)
         return result
 
-    def _interrupt_and_finish(self, monitor, tic, grace=5.0):
-        self.interrupt(monitor.ranks)
-        monitor.wait(time.perf_counter() + grace)
-        self._finish(monitor, tic)
-
-    def _draw(self):
-        if self.view is not None:
-            self.view.update(self)
-
-    def _finish(self, monitor, tic):
-        ar, ranks = monitor.ar, monitor.ranks
-        ar.wait_for_output(1.0)  # trailing stdout arrives after the reply
-        monitor.finish()  # the last telemetry of every rank
-        seconds = time.perf_counter() - tic
-        replies = ar.get(return_exceptions=True) if ar.ready() else [None] * len(ranks)
+    def _collect(self, monitor, tic):
+        """Every rank's outputs and outcome; the root cause of a failure first, its echoes after."""
+        ar = monitor.ar
         outputs = []
-        for r, reply, out, err, displays in zip(ranks, replies, ar.stdout, ar.stderr, ar.outputs):
+        for r, out, err, displays in zip(monitor.ranks, ar.stdout, ar.stderr, ar.outputs):
             o = RankOutput(r, out or "", err or "", displays=list(displays or []))
-            if isinstance(reply, Exception):
+            reply = monitor.futures[r].result() if monitor.futures[r].done() else None
+            if r in monitor.lost:
+                o.error = self._rank_error(r, None, why=monitor.lost[r])
+            elif isinstance(reply, Exception):
                 o.error = self._rank_error(r, reply)
-                self.run_state.fail(r, f"{o.error.ename}: {o.error.evalue}", lost=o.error.ename == "EngineError")
+                self.run_state.fail(r, f"{o.error.ename}: {o.error.evalue}")
             else:
                 o.result = (getattr(reply, "execute_result", None) or {}).get("data")
                 self.run_state.set_state(r, st.DONE if reply is not None else st.READY)
             self.run_state.set_output(r, o.stdout)
             outputs.append(o)
-        # the rank that failed first is the root cause; later failures are usually its echo
-        done_at = {r: str(md.get("completed") or "") for r, md in zip(ranks, ar.metadata)}
-        outputs_by_failure = sorted((o for o in outputs if o.error), key=lambda o: done_at[o.rank])
-        self.last_result = RunResult(ranks, outputs, seconds, [o.rank for o in outputs_by_failure])
-        self.run_state.end_cell(time.monotonic())
-        if self.view is not None:
-            self.view.end(self)
+        failed = [o for o in outputs if o.error]
+        # the root cause: a rank that raised (or died) on its own; echoes are cut-off collectives
+        order = sorted(failed, key=lambda o: (is_echo(o.error), monitor.failed_at.get(o.rank, float("inf"))))
+        self.last_result = RunResult(monitor.ranks, outputs, time.perf_counter() - tic, [o.rank for o in order])
         return self.last_result
 
-    def _rank_error(self, rank, exc):
+    def _rank_error(self, rank, exc, why=None):
         info = self.info[rank] if rank < len(self.info) else {}
-        ename = getattr(exc, "ename", None) or type(exc).__name__
-        evalue = getattr(exc, "evalue", None) or str(exc)
-        tb = (getattr(exc, "traceback", None) or "").splitlines()
-        return RankError(ename, evalue, tb, info.get("engine"), info.get("pid"), info.get("host", ""))
+        step = self.run_state.ranks[rank].step
+        if why is not None:
+            err = RankError("RankLost", why, [], info.get("engine"), info.get("pid"), info.get("host", ""))
+        else:
+            ename = getattr(exc, "ename", None) or type(exc).__name__
+            evalue = getattr(exc, "evalue", None) or str(exc)
+            tb = (getattr(exc, "traceback", None) or "").splitlines()
+            err = RankError(ename, evalue, tb, info.get("engine"), info.get("pid"), info.get("host", ""))
+        err.step = step
+        return err
+
+    def _recover(self, monitor, result):
+        """Make the pool usable again after a failed cell; return what was done, for the user."""
+        notes = []
+        if monitor.killed:
+            killed = sorted(monitor.killed)
+            seconds = self.restart_ranks(killed)
+            kept = [r for r in range(self.world_size) if r not in killed]
+            notes.append(f"{_ranks_text(killed)} did not stop within {ESCALATE:g} s of SIGINT and "
+                         f"{'were' if len(killed) > 1 else 'was'} restarted in {seconds:.1f} s (the variables of "
+                         f"{_ranks_text(killed)} are gone" + (f"; {_ranks_text(kept)} kept theirs" if kept else "")
+                         + "); group re-formed")
+            return notes
+        lost = sorted(monitor.lost)
+        if lost:
+            kept = [r for r in range(self.world_size) if r not in lost]
+            notes.append(f"{_ranks_text(lost)} lost: run %ddp_restart (Lab.restart()) to bring back a full group "
+                         f"({_ranks_text(lost)} start{'s' if len(lost) == 1 else ''} fresh"
+                         + (f"; {_ranks_text(kept)} keep their variables)" if kept else ")"))
+            return notes
+        errors = [o.error for o in result.outputs if o.error]
+        if monitor.closed or any(is_echo(e) or _comm_error(e) for e in errors):
+            seconds, stale = self._form_group(time.perf_counter() + self.start_timeout)
+            notes.append(f"group re-formed in {seconds * 1000:.0f} ms; variables kept")
+            if stale:
+                ddp = [n for n, kind in stale if kind == "DistributedDataParallel"]
+                others = [n for n, kind in stale if kind != "DistributedDataParallel"]
+                fixes = [f"{n} = DDP({n}.module)" for n in ddp] + [f"{n} (a process group): create it again"
+                                                                    for n in others]
+                notes.append("these were tied to the old group: " + "; ".join(fixes))
+        return notes
 
     def interrupt(self, ranks=None):
         """Send SIGINT to the given ranks (all by default), like Ctrl-C in each."""
-        ranks = self._check_ranks(ranks)
-        self._client.send_signal(signal.SIGINT, targets=[self._eids[r] for r in ranks], block=True)
+        ranks = list(range(self.world_size)) if ranks is None else ranks
+        live = [r for r in ranks if r not in self.find_lost(ranks)]
+        if live:
+            self._client.send_signal(signal.SIGINT, targets=[self._eids[r] for r in live], block=True)
 
     def gather(self, name, ranks=None):
         """Value of `name` (a variable or expression) on every rank, as a list indexed by rank."""
@@ -509,7 +655,53 @@ class Lab:
     def push(self, ranks=None, **values):
         """Set variables in every rank (or the given ranks): lab.push(lr=0.1, data=tensor)."""
         ranks = self._check_ranks(ranks)
-        self._view(ranks).push(values, block=True)
+        try:
+            self._view(ranks).push(values, block=True)
+        except Exception as exc:  # noqa: BLE001 - e.g. an object that cannot be pickled
+            raise BadRequest(f"cannot send {', '.join(values)} to the ranks: {type(exc).__name__}: {exc}") from None
+
+    def fault(self, kind, rank, at_step=None, factor=None):
+        """A fault drill for teaching: kind "kill" (the engine dies), "raise" (the rank raises) or
+        "slow" (each of its steps takes `factor` times as long: a straggler); "clear" removes it.
+        kill/raise happen at the rank's training step `at_step` (counted by ddplab.log), or
+        for kill without at_step: now. Returns a sentence saying what was set."""
+        from .rank import _set_fault
+
+        ranks = self._check_ranks([rank])
+        if kind not in ("kill", "raise", "slow", "clear"):
+            raise BadRequest(f"unknown fault {kind!r}: use kill, raise, slow or clear")
+        if kind == "slow" and not (isinstance(factor, (int, float)) and 1 <= factor <= 100):
+            raise BadRequest(f"slow needs a factor from 1 to 100 (how many times longer each step takes), got {factor!r}")
+        if at_step is not None and (isinstance(at_step, bool) or not isinstance(at_step, int) or at_step < 0):
+            raise BadRequest(f"the step must be a whole number >= 0, got {at_step!r}")
+        if kind == "kill" and at_step is None:
+            self.kill_ranks(ranks)
+            self._lost[rank] = "its engine was killed (SIGKILL) by %ddp_fault kill"
+            self.run_state.fail(rank, self._lost[rank], lost=True)
+            self._draw()
+            return f"rank {rank} killed (SIGKILL); %ddp_restart brings it back"
+        spec = None if kind == "clear" else {"kind": kind, "at_step": at_step, "factor": factor}
+        self._view(ranks).apply_sync(_set_fault, spec)
+        if spec is None:
+            self.faults.pop(rank, None)
+            self.run_state.ranks[rank].fault = None
+            self._draw()
+            return f"rank {rank}: no fault drill"
+        when = f"at step {at_step}" if at_step is not None else "at its next step"
+        if kind == "slow":
+            text = f"rank {rank} is a straggler: each step takes {factor:g}x as long (until %ddp_fault clear {rank})"
+            self.run_state.ranks[rank].fault = f"slow ×{factor:g}"
+        else:
+            text = f"rank {rank} will {'be killed (SIGKILL)' if kind == 'kill' else 'raise'} {when} (ddplab.log counts steps)"
+            self.run_state.ranks[rank].fault = f"{kind} {when}"
+        self.faults[rank] = spec
+        self.run_state.touch()
+        self._draw()
+        return text
+
+    def _draw(self):
+        if self.view is not None:
+            self.view.update(self)
 
     # ------------------------------------------------------------------ reporting
     def status(self):
@@ -521,6 +713,23 @@ class Lab:
                          "host": info.get("host"), "threads": info.get("threads"),
                          "state": self.run_state.states[r]})
         return rows
+
+
+def _exit_code(proc, wait=0.5):
+    """The exit code of a dead engine. ipyparallel's launcher thread reaps it (psutil's wait)
+    and psutil keeps the code on that Process object; waiting here too would race it."""
+    deadline = time.monotonic() + wait
+    while True:
+        code = getattr(proc, "_exitcode", None)
+        if isinstance(code, int) or time.monotonic() > deadline:
+            return code if isinstance(code, int) else None
+        time.sleep(0.02)
+
+
+def _comm_error(error):
+    """An error from inside torch.distributed: the group may be broken."""
+    text = f"{error.ename} {error.evalue} " + " ".join(error.traceback_lines)
+    return error.ename.startswith("Dist") or "gloo" in text.lower() or "torch/distributed/" in text
 
 
 def _rank_history():

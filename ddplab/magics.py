@@ -43,6 +43,14 @@ def make_view(lab, lang="en", dashboard=True):
     return Dashboard(lab.world_size, lang=lang)
 
 
+def _parse(magic, line):
+    """Parse a magic's arguments; shlex's "No closing quotation" becomes a UsageError too."""
+    try:
+        return parse_argstring(magic, line)
+    except ValueError as exc:
+        raise UsageError(f"{exc}: check the quotes in {line!r}") from None
+
+
 def _usage(fn, *args, **kwargs):
     """Call fn; turn a ddplab error about the request into a one-line UsageError."""
     try:
@@ -53,7 +61,7 @@ def _usage(fn, *args, **kwargs):
 
 @magics_class
 class DDPMagics(Magics):
-    """%ddp_start, %%ddp, %ddp_gather, %ddp_push, %ddp_status, %ddp_history, %ddp_restart, %ddp_stop."""
+    """%ddp_start, %%ddp, %ddp_gather, %ddp_push, %ddp_status, %ddp_history, %ddp_fault, %ddp_restart, %ddp_stop."""
 
     lab = None
 
@@ -65,8 +73,8 @@ class DDPMagics(Magics):
     @magic_arguments()
     @argument("ranks", nargs="?", type=int,
               help=f"number of ranks (default here: {default_ranks()}, from the cores, at most 4)")
-    @argument("--timeout", type=float, default=60.0,
-              help="seconds a collective may wait for the other ranks (default 60)")
+    @argument("--timeout", type=float, default=30.0,
+              help="seconds a collective may wait for the other ranks (default 30)")
     @argument("--threads", type=int, default=None,
               help="torch threads per rank (default: cores // ranks, at least 1)")
     @argument("--lang", choices=("en", "zh"), default="en", help="dashboard labels: en or zh (中文)")
@@ -77,7 +85,7 @@ class DDPMagics(Magics):
 
         Every rank then has rank, world_size, torch, dist and nn defined.
         """
-        args = parse_argstring(self.ddp_start, line)
+        args = _parse(self.ddp_start, line)
         if args.timeout is not None and not math.isfinite(args.timeout):
             raise UsageError(f"--timeout {args.timeout}: give a number of seconds, e.g. --timeout 60")
         if self.lab is not None and self.lab.running:
@@ -106,7 +114,7 @@ class DDPMagics(Magics):
     @cell_magic
     def ddp(self, line, cell):
         """Run the cell on every rank (state is kept between cells); show each rank's output apart."""
-        args = parse_argstring(self.ddp, line)
+        args = _parse(self.ddp, line)
         lab = self._lab()
         ranks = parse_ranks(args.ranks, lab.world_size)
         if args.timeout is not None and not (math.isfinite(args.timeout) and args.timeout > 0):
@@ -122,7 +130,8 @@ class DDPMagics(Magics):
                 show_result(lab.last_result)
             if isinstance(exc, CellTimeout):
                 raise
-            raise Interrupted("every rank of the cell was sent SIGINT (Ctrl-C); the pool is still running") from None
+            done = str(exc) or "the pool is still running"
+            raise Interrupted(f"every rank of the cell was sent SIGINT (Ctrl-C); {done}") from None
         show_result(result)
 
     @line_magic
@@ -141,7 +150,7 @@ class DDPMagics(Magics):
     @line_magic
     def ddp_push(self, line):
         """Copy notebook variables into every rank: %ddp_push lr data"""
-        args = parse_argstring(self.ddp_push, line)
+        args = _parse(self.ddp_push, line)
         missing = [n for n in args.names if n not in self.shell.user_ns]
         if missing:
             raise UsageError(f"not defined in the notebook: {', '.join(missing)}")
@@ -171,7 +180,7 @@ class DDPMagics(Magics):
     @line_magic
     def ddp_history(self, line):
         """Every point every rank logged with ddplab.log(...), exactly: h = %ddp_history"""
-        args = parse_argstring(self.ddp_history, line)
+        args = _parse(self.ddp_history, line)
         history = _usage(self._lab().history)
         if args.csv is None:
             return history
@@ -181,15 +190,59 @@ class DDPMagics(Magics):
             raise UsageError(f"cannot write {args.csv}: {exc.strerror}") from None
         print(f"ddplab: wrote {n} points to {args.csv} (columns: {', '.join(history.columns())})")
 
+    @magic_arguments()
+    @argument("--all", action="store_true", help="restart every rank, even if only some were lost")
     @line_magic
     def ddp_restart(self, line):
-        """Stop the pool and start a fresh one with the same settings (rank variables are lost)."""
-        if line.strip():
-            raise UsageError("%ddp_restart takes no arguments; to change the size, %ddp_stop then %ddp_start N")
+        """Bring back a full group: restart the lost ranks (the others keep their variables), or,
+        if none is lost (or with --all), every rank with the same settings (variables are lost).
+        To change the size: %ddp_stop, then %ddp_start N."""
+        args = _parse(self.ddp_restart, line)
         lab = self._lab()
-        progress = Progress()
-        _usage(lab.restart, progress=progress)
-        progress.done(f"restarted: {lab.ready_message()}; variables from before are gone")
+        progress = None if hasattr(lab.view, "show") else Progress()
+        message = _usage(lab.restart, progress=progress, everything=args.all)
+        if progress is not None:
+            progress.done(message)
+        else:
+            print(f"ddplab: {message}")
+
+    @magic_arguments()
+    @argument("kind", nargs="?", choices=("kill", "raise", "slow", "clear"),
+              help="kill: the rank's engine dies; raise: the rank raises; slow: a straggler; clear: undo")
+    @argument("rank", nargs="?", type=int, help="which rank")
+    @argument("factor", nargs="?", type=float, help="for slow: how many times longer each step takes")
+    @argument("--at-step", type=int, default=None,
+              help="kill or raise when the rank logs this training step (ddplab.log), not now")
+    @line_magic
+    def ddp_fault(self, line):
+        """Fault drills for teaching, shown live on the dashboard:
+
+            %ddp_fault kill 2              # rank 2's engine dies now (SIGKILL)
+            %ddp_fault raise 1 --at-step 30  # rank 1 raises when it logs step 30
+            %ddp_fault slow 3 4            # rank 3's steps take 4x as long: a straggler
+            %ddp_fault clear 3             # back to normal (no rank: all)
+            %ddp_fault                     # the drills set now
+        """
+        args = _parse(self.ddp_fault, line)
+        lab = self._lab()
+        if args.kind is None:
+            if not lab.faults:
+                print("ddplab: no fault drills set")
+            for r, spec in sorted(lab.faults.items()):
+                print(f"rank {r}: {lab.run_state.ranks[r].fault}")
+            return
+        if args.kind == "clear" and args.rank is None:
+            for r in sorted(lab.faults):
+                _usage(lab.fault, "clear", r)
+            print("ddplab: every fault drill cleared")
+            return
+        if args.rank is None:
+            raise UsageError(f"%ddp_fault {args.kind} needs a rank, e.g. %ddp_fault {args.kind} 1")
+        if args.kind != "slow" and args.factor is not None:
+            raise UsageError(f"%ddp_fault {args.kind} takes a rank only (and --at-step for kill/raise)")
+        if args.kind in ("slow", "clear") and args.at_step is not None:
+            raise UsageError(f"--at-step is for kill and raise, not {args.kind}")
+        print(f"ddplab: {_usage(lab.fault, args.kind, args.rank, at_step=args.at_step, factor=args.factor)}")
 
     @line_magic
     def ddp_stop(self, line):

@@ -1,8 +1,16 @@
-"""The wait loop of a cell: poll results and telemetry, merge them, render the view (throttled).
+"""The wait loop of a cell: poll results and telemetry, merge them, render the view (throttled),
+and get every rank out of trouble fast.
 
 Telemetry arrives on a zmq PULL socket that the Lab binds on loopback; ranks push a batch a
 few times a second (see rank.py). Nothing here imports widgets: the view is whatever object
 the Lab was given (a Dashboard, a TextView, ...), called as view.update(lab).
+
+Failures (DESIGN.md, "Failure"): each rank's result is watched on its own. When a rank has
+failed (or died) while others still run, those others are usually blocked in a collective
+waiting for it; closing the process group on every rank that is no longer running makes
+them fail at once (gloo: "Connection closed by peer"), instead of after gloo's timeout.
+After Ctrl-C or a cell timeout every rank gets SIGINT; a rank still running ESCALATE seconds
+later (stuck inside a C++ collective, where SIGINT cannot reach) is killed and restarted.
 """
 import pickle
 import time
@@ -10,9 +18,12 @@ import time
 import zmq
 
 from . import state as st
+from .errors import is_echo  # noqa: F401 - part of the failure flow
 
 POLL = 0.05  # seconds between looks at results and telemetry
 FRAME = 0.25  # seconds between redraws of the view: 4 per second while a cell runs
+FAIL_FAST = 0.3  # seconds a failure may go unanswered before the group is closed under the others
+ESCALATE = 1.5  # seconds after SIGINT before a rank that still runs is killed
 
 
 class Telemetry:
@@ -52,15 +63,26 @@ def merge(lab, batch, now):
     return final
 
 
+def _is_error(future):
+    return future.done() and isinstance(future.result(), Exception)
+
+
 class Monitor:
-    """Watches one cell on `ranks` until its AsyncResult is done, a deadline passes, or Ctrl-C."""
+    """Watches one cell on `ranks` until every rank has finished or is gone."""
 
     def __init__(self, lab, ar, ranks, frame=FRAME):
         self.lab, self.ar, self.ranks, self.frame = lab, ar, ranks, frame
+        self.futures = dict(zip(ranks, ar._children))  # one reply per rank, watched apart
         self.last_frame = 0.0
         self.drawn_version = -1
         self.finals = set()
+        self.failed_at = {}  # rank -> when it was seen failed or lost (the first is the root cause)
+        self.lost = {}  # rank -> why its engine is gone
+        self.closed = set()  # ranks whose group was closed to free the others
+        self.killed = set()  # ranks killed because they did not stop after SIGINT
+        self.interrupted_at = self.escalated_at = None
 
+    # ------------------------------------------------------------------ telemetry and drawing
     def poll(self):
         """Merge what has arrived; redraw if a frame is due and something changed."""
         now = time.monotonic()
@@ -82,22 +104,77 @@ class Monitor:
             self.drawn_version = self.lab.run_state.version
         self.last_frame = now if now is not None else time.monotonic()
 
+    # ------------------------------------------------------------------ failures
+    def running(self):
+        return [r for r in self.ranks if r not in self.lost and not self.futures[r].done()]
+
+    def check(self):
+        """Note failures and deaths; free ranks blocked on them; escalate after SIGINT."""
+        now = time.monotonic()
+        for r in self.ranks:
+            if r not in self.failed_at and _is_error(self.futures[r]):
+                self.failed_at[r] = now
+        for r, why in self.lab.find_lost(self.ranks).items():
+            if r not in self.lost:
+                self.lost[r] = why
+                self.failed_at.setdefault(r, now)
+                self.lab.run_state.fail(r, why, lost=True)
+        running = self.running()
+        trouble = min([*self.failed_at.values(), self.interrupted_at or float("inf")])
+        if running and now - trouble >= FAIL_FAST:
+            idle = [r for r in self.ranks if r not in running and r not in self.lost and r not in self.closed]
+            if idle:
+                self.lab.close_group(idle)
+                self.closed.update(idle)
+        if running and self.interrupted_at is not None and now - self.escalated_at >= ESCALATE:
+            # Stuck where SIGINT cannot reach (all in C++ collectives): kill one rank; its death
+            # frees its peers, the cascade above frees the rest. Only if that is not enough, the next.
+            r = running[-1]
+            why = f"killed by ddplab: still running {ESCALATE:g} s after SIGINT (stuck in a collective)"
+            self.lab.kill_ranks([r])
+            self.killed.add(r)
+            self.lost[r] = why
+            self.failed_at.setdefault(r, now)
+            self.lab.run_state.fail(r, why, lost=True)
+            self.escalated_at = now
+        return not self.running()
+
+    def interrupt(self):
+        """Ctrl-C or the cell's timeout: SIGINT to every rank still running."""
+        if self.interrupted_at is None:
+            self.interrupted_at = self.escalated_at = time.monotonic()
+            running = self.running()
+            if running:
+                self.lab.interrupt(running)
+
     def wait(self, deadline=None):
-        """Until the cell is done; False if the deadline passed first."""
+        """Until no rank runs; False if `deadline` (perf_counter) passed first."""
         while True:
             wait = POLL if deadline is None else max(0.0, min(POLL, deadline - time.perf_counter()))
-            if self.ar.wait(wait):
-                return True
+            self.ar.wait(wait)  # wakes as soon as every reply is in
             self.poll()
+            if self.check():
+                return True
             if deadline is not None and time.perf_counter() >= deadline:
                 return False
+
+    def settle(self):
+        """After interrupt(): wait (ignoring further Ctrl-C) until every rank stopped or was killed."""
+        while True:
+            try:
+                if self.wait():
+                    return
+            except KeyboardInterrupt:
+                continue
 
     def finish(self, grace=0.5):
         """After the cell: collect every rank's last batch (bounded), then the last frame."""
         telemetry = self.lab.telemetry
-        expected = {r for r in self.ranks if self.lab.run_state.state_of(r) != st.LOST}
+        expected = {r for r in self.ranks if r not in self.lost}
         deadline = time.monotonic() + grace
         self.poll()
         while telemetry is not None and not expected <= self.finals and time.monotonic() < deadline:
             telemetry.socket.poll(10)  # wakes as soon as a batch arrives
             self.poll()
+        if expected:
+            self.ar.wait_for_output(1.0)  # trailing stdout arrives after the reply

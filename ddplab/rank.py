@@ -40,6 +40,37 @@ def log(loss=None, samples=None, step=None, **scalars):
     if loss is not None:
         loss = loss.item() if hasattr(loss, "item") else float(loss)  # a tensor: its value, not its graph
     _points.append((_cell, _step, time.perf_counter() - _cell_t0, loss, samples, scalars or None))
+    if _fault is not None:
+        _drill(_step)
+
+
+class FaultDrill(RuntimeError):
+    """The error a rank raises for `%ddp_fault raise`."""
+
+
+_fault = None  # a fault drill set by %ddp_fault: {"kind": "kill"|"raise"|"slow", "at_step": n, "factor": f}
+_last_log = None
+
+
+def _drill(step):
+    """Play the fault drill: called from log(), i.e. once per training step."""
+    global _fault, _last_log
+    kind, at = _fault["kind"], _fault.get("at_step")
+    if kind == "slow":  # a straggler: stretch each step to `factor` times its length
+        now = time.perf_counter()
+        if _last_log is not None:
+            time.sleep((_fault["factor"] - 1) * (now - _last_log))
+        _last_log = time.perf_counter()
+    elif at is None or step >= at:
+        _fault = None
+        if kind == "kill":
+            os.kill(os.getpid(), 9)  # SIGKILL: the process dies at once, as in a real crash
+        raise FaultDrill(f"fault drill: rank {_rank} raised at step {step} (%ddp_fault raise)")
+
+
+def _set_fault(fault):
+    global _fault, _last_log
+    _fault, _last_log = fault, None
 
 
 @contextlib.contextmanager
@@ -120,6 +151,57 @@ def _user_ns():
     return shell.user_ns if shell is not None else globals()
 
 
+def _listening_ports():
+    import psutil
+
+    return {c.laddr.port for c in psutil.Process().net_connections("tcp") if c.status == psutil.CONN_LISTEN}
+
+
+def _close_group(ports=()):
+    """Cut this rank's links to its peers, so peers waiting on it in a collective fail at once.
+
+    Destroying the process group alone is not enough: a rank whose collective already failed
+    keeps its gloo sockets open (the failed work still holds the group), and a peer waiting on
+    it would wait out the timeout. So every TCP connection to a gloo port of the group (`ports`:
+    every rank's gloo listeners; and this rank's own listeners) is shut down; gloo then sees
+    "Connection closed by peer" on the other side.
+    """
+    import socket
+
+    import psutil
+    import torch.distributed as dist
+
+    ports = set(ports) | _listening_ports()
+    for c in psutil.Process().net_connections("tcp"):
+        if c.raddr and c.fd >= 0 and (c.laddr.port in ports or c.raddr.port in ports):
+            try:
+                s = socket.socket(fileno=c.fd)
+            except OSError:  # closed since it was listed
+                continue
+            try:
+                s.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+            finally:
+                s.detach()  # gloo still owns the descriptor
+    if dist.is_initialized():
+        dist.destroy_process_group()
+
+
+def _bound_to_old_group():
+    """Names in the rank's namespace of objects tied to a process group (they need re-creating)."""
+    import torch.distributed as dist
+    from torch.nn.parallel import DistributedDataParallel
+
+    names = []
+    for name, value in list(_user_ns().items()):
+        if isinstance(value, DistributedDataParallel):
+            names.append((name, "DistributedDataParallel"))
+        elif isinstance(value, dist.ProcessGroup):
+            names.append((name, "ProcessGroup"))
+    return names
+
+
 def form_group(rank, world_size, rendezvous, timeout, threads, telemetry=None):
     """Join the gloo process group and preload the names every cell can use.
 
@@ -132,6 +214,9 @@ def form_group(rank, world_size, rendezvous, timeout, threads, telemetry=None):
     import torch.distributed as dist
 
     torch.set_num_threads(threads)
+    stale = []
+    if "torch.nn.parallel" in __import__("sys").modules:  # only if DDP was ever used here
+        stale = _bound_to_old_group()
     if dist.is_initialized():
         dist.destroy_process_group()
     kind, _, where = rendezvous.partition("://")
@@ -157,4 +242,14 @@ def form_group(rank, world_size, rendezvous, timeout, threads, telemetry=None):
         "host": socket.gethostname(),
         "threads": torch.get_num_threads(),
         "backend": dist.get_backend(),
+        "stale": stale,
+        "ports": sorted(_listening_ports()),  # gloo's listeners, for _close_group
     }
+
+
+def __getattr__(name):
+    if name == "checkpoint":  # ddplab.checkpoint.save(...) in rank code
+        import ddplab.checkpoint
+
+        return ddplab.checkpoint
+    raise AttributeError(f"module 'ddplab' (in a rank) has no attribute {name!r}")

@@ -65,11 +65,11 @@ class RankStates:
 class RankStatus:
     """What the notebook knows of one rank right now."""
 
-    __slots__ = ("rank", "step", "loss", "rate", "heard", "phase", "output", "error", "points")
+    __slots__ = ("rank", "step", "loss", "rate", "heard", "phase", "output", "error", "points", "fault")
 
     def __init__(self, rank):
         self.rank = rank
-        self.step = self.loss = self.rate = self.heard = self.phase = self.error = None
+        self.step = self.loss = self.rate = self.heard = self.phase = self.error = self.fault = None
         self.output = ""
         self.points = 0  # points received in the current cell
 
@@ -110,6 +110,7 @@ class RunState:
         """A cell starts on `ranks`: they go to running; their per-cell facts reset."""
         self.cell += 1
         self.cell_started, self.cell_ended, self.running = now, None, list(ranks)
+        self.message = ""
         for r in ranks:
             s = self.ranks[r]
             s.step = s.loss = s.rate = s.phase = s.error = None

@@ -65,3 +65,28 @@ def train_ddp(steps=200, batch=64, lr=0.05, momentum=0.9, seed=0):
     seconds = time.perf_counter() - tic
     return {"rank": rank, "steps": steps, "loss": loss.item(), "seconds": seconds,
             "samples_per_s": steps * batch / seconds, "checksum": param_checksum(model.module)}
+
+
+def train_resumable(steps, path, every=5, resume=False, seed=0, batch=16):
+    """Deterministic DDP training that saves a checkpoint every `every` steps and can resume
+    from the last one: a run killed mid-way and resumed ends with the same parameters, bit
+    for bit, as a run that was never stopped. Returns (model, the step it started from)."""
+    from ddplab import checkpoint
+
+    rank, world = dist.get_rank(), dist.get_world_size()
+    torch.manual_seed(seed)
+    model = DDP(nn.Sequential(nn.Linear(20, 32), nn.Tanh(), nn.Linear(32, 1)))
+    opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
+    start = checkpoint.load(path, model, opt) if resume else 0
+    for step in range(start, steps):
+        # each (step, rank) has its own batch, so the data does not depend on where a run started
+        g = torch.Generator().manual_seed(seed * 1_000_003 + step * world + rank)
+        x = torch.randn(batch, 20, generator=g)
+        loss = nn.functional.mse_loss(model(x), x.sum(dim=1, keepdim=True))
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        ddplab.log(loss=loss, samples=batch, step=step + 1)
+        if (step + 1) % every == 0:
+            checkpoint.save(path, model, opt, step + 1)
+    return model, start

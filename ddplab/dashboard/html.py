@@ -163,7 +163,7 @@ def rank_table(run_state, now, lang="en"):
     rows = []
     for r, s in enumerate(run_state.ranks):
         state = run_state.states[r]
-        name = lab[state] + (f" · {escape(s.phase)}" if s.phase else "")
+        name = lab[state] + (f" · {s.phase}" if s.phase else "") + (f" · {s.fault}" if s.fault else "")
         heard = "–" if s.heard is None else f"{now - s.heard:.1f} {lab['ago']}"
         cls = "ddplab-failed" if state in (st.FAILED, st.LOST) else ""
         title = f' title="{escape(s.error)}"' if s.error else ""
@@ -190,7 +190,7 @@ def header(lab_info, run_state, metrics, now, lang="en"):
         parts.append(f"{lab['total']} {sum(rates):,.0f} {lab['rate']}")
     if all(s == st.STOPPED for s in run_state.states):
         parts.append(lab["stopped_pool"])
-    elif run_state.message and not run_state.cell:
+    elif run_state.message:  # start-up progress, or what was done after a failure
         parts.append(escape(run_state.message))
     return " · ".join(parts)
 

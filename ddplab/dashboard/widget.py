@@ -17,6 +17,8 @@ OUTPUT_TAIL = 200  # lines of each rank's output kept in its tab
 
 
 class Dashboard:
+    threadsafe = True  # widget updates may come from the Lab's watcher thread (a rank died while idle)
+
     def __init__(self, world_size, lang="en", title=""):
         import ipywidgets as W
 

@@ -123,3 +123,77 @@ def test_unload_and_interpreter_exit_stop_the_pool(tmp_path):
     while alive(pids["unloaded"] + pids["at_exit"]) and time.monotonic() < deadline:
         time.sleep(0.1)
     assert alive(pids["unloaded"] + pids["at_exit"]) == []
+
+
+def test_a_run_killed_and_resumed_from_its_checkpoint_ends_bit_for_bit_equal(pair, tmp_path):
+    from ddplab.errors import RankFailed
+
+    cell = ("from ddplab.workloads import train_resumable\n"
+            "model, started = train_resumable(40, {path!r}, every=5, resume={resume})\n"
+            "params = [p.detach().clone() for p in model.module.parameters()]")
+    pair.run(cell.format(path=str(tmp_path / "a.pt"), resume=False))
+    uninterrupted = pair.gather("params")
+    pair.fault("kill", 1, at_step=23)  # rank 1 dies at step 23: the last checkpoint is step 20
+    with pytest.raises(RankFailed) as info:
+        pair.run(cell.format(path=str(tmp_path / "b.pt"), resume=False))
+    assert info.value.ranks[0] == 1 and info.value.failures[1].ename == "RankLost"
+    pair.restart()
+    pair.run(cell.format(path=str(tmp_path / "b.pt"), resume=True))
+    assert pair.gather("started") == [20, 20]
+    for rank_params, ref in zip(pair.gather("params"), uninterrupted):
+        assert all(torch.equal(p, q) for p, q in zip(rank_params, ref))
+    assert all(torch.equal(p, q) for p, q in zip(uninterrupted[0], uninterrupted[1]))  # ranks agree
+
+
+def test_a_kill_during_save_leaves_the_previous_checkpoint_whole(tmp_path):
+    path = tmp_path / "ckpt.pt"
+    child = subprocess.Popen([sys.executable, "-c", textwrap.dedent(f"""
+        import torch, ddplab.checkpoint as ck
+        ck.save({str(path)!r}, torch.nn.Linear(2, 2), None, step=1, note="small")
+        print("saved", flush=True)
+        ck.save({str(path)!r}, torch.nn.Linear(6000, 6000), None, step=2)  # ~140 MB: takes a while
+        print("saved again", flush=True)
+    """)], stdout=subprocess.PIPE, text=True)
+    try:
+        assert child.stdout.readline().strip() == "saved"
+        deadline = time.monotonic() + 30
+        while not list(tmp_path.glob("ckpt.pt.tmp-*")) and time.monotonic() < deadline:
+            time.sleep(0.005)
+        child.kill()  # kill -9 in the middle of writing
+        child.wait(10)
+    finally:
+        if child.poll() is None:
+            child.kill()
+    assert list(tmp_path.glob("ckpt.pt.tmp-*"))  # it was writing
+    import ddplab.checkpoint as ck
+
+    model = torch.nn.Linear(2, 2)
+    assert ck.load(path, model) == 1 and ck.load_extra(path) == {"note": "small"}
+    ck.save(path, model, None, step=3)
+    assert ck.load(path, model) == 3 and not list(tmp_path.glob("ckpt.pt.tmp-*"))  # leftovers cleaned
+
+
+def test_when_the_kernel_dies_the_pool_ends_by_itself(tmp_path):
+    """kill -9 of the process that started the pool: its reaper ends everything within seconds."""
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    child = subprocess.Popen([sys.executable, "-c", textwrap.dedent("""
+        import json, time, ddplab
+        lab = ddplab.Lab(2).start()
+        lab.run("from torch.utils.data import DataLoader\\n"
+                "it = iter(DataLoader(range(8), num_workers=1, persistent_workers=True)); next(it)")
+        print(json.dumps({"pids": lab.pids(), "reaper": lab._reaper.pid, "dir": lab._workdir}), flush=True)
+        time.sleep(600)
+    """)], stdout=subprocess.PIPE, text=True, cwd=root, env=dict(os.environ, PYTHONPATH=root))
+    try:
+        info = json.loads(child.stdout.readline())
+    finally:
+        child.kill()  # the kernel dies: no atexit, no stop()
+        child.wait(10)
+    tic = time.monotonic()
+    everything = info["pids"] + [info["reaper"]]
+    assert len(info["pids"]) >= 1 + 2 + 2 + 2  # controller, engines, nannies, DataLoader workers
+    while alive(everything) and time.monotonic() - tic < 15:
+        time.sleep(0.1)
+    assert alive(everything) == []
+    assert time.monotonic() - tic < 10
+    assert not os.path.exists(info["dir"])

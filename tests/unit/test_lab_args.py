@@ -88,15 +88,28 @@ def test_parse_ranks_rejects(spec):
 
 
 def test_rank_failed_report_names_root_cause_first_and_groups_echoes():
-    boom = RankError("ValueError", "boom", ["In[3] line", "ValueError: boom"], 2, 111, "h")
-    echo = [RankError("RuntimeError", "Connection closed by peer", [f"In[{i}] x", "RuntimeError: closed"], i, 100 + i, "h")
-            for i in (0, 1)]
-    exc = RankFailed({2: boom, 0: echo[0], 1: echo[1]})
+    boom = RankError("ValueError", "boom", ["In[3] line", "ValueError: boom"], 2, 111, "h", step=37)
+    echo = [RankError("RuntimeError", "[pair.cc:553] Connection closed by peer [127.0.0.1]:1", [f"In[{i}] x"],
+                      i, 100 + i, "h") for i in (0, 1)]
+
+    class Result:
+        recovery = ["group re-formed in 40 ms; variables kept"]
+
+    exc = RankFailed({2: boom, 0: echo[0], 1: echo[1]}, Result())
     lines = exc.report()
-    assert lines[0] == "rank 2 failed (engine 2, pid 111, h)"
-    assert lines.count("ValueError: boom") == 1
-    assert "rank 0 failed (engine 0, pid 100, h)" in lines
-    assert "rank 1 failed the same way" in lines
-    assert sum("RuntimeError: closed" in line for line in lines) == 1
-    assert exc.ranks == [2, 0, 1]
+    assert lines == ["rank 2 failed at step 37 (engine 2, pid 111, h)", "In[3] line", "ValueError: boom",
+                     "ranks 0, 1 stopped: their collective was cut off by rank 2",
+                     "group re-formed in 40 ms; variables kept"]
+    assert exc.ranks == [2, 0, 1] and str(exc) == "rank 2: ValueError: boom"
     assert exc._render_traceback_() == lines
+
+
+def test_rank_failed_names_ranks_that_failed_the_same_way_once():
+    same = [RankError("NameError", "name 'x' is not defined", [f"In[{i}] x", "NameError: x"], i, i, "h")
+            for i in range(3)]
+    lost = RankError("RankLost", "its engine was killed (SIGKILL)", [], 3, 9, "h", step=5)
+    lines = RankFailed({3: lost, 0: same[0], 1: same[1], 2: same[2]}).report()
+    assert lines == ["rank 3 lost at step 5 (engine 3, pid 9, h): its engine was killed (SIGKILL)",
+                     "rank 0 failed (engine 0, pid 0, h)", "ranks 1, 2 failed the same way", "In[0] x",
+                     "NameError: x"]
+    assert RankFailed({0: same[0]}).report(color=False)[0] == "rank 0 failed (engine 0, pid 0, h)"

@@ -1,0 +1,71 @@
+"""Checkpoints for fault tolerance: atomic save on rank 0, load and broadcast to every rank.
+
+    ddplab.checkpoint.save("ckpt.pt", model, opt, step)     # every rank calls it
+    step = ddplab.checkpoint.load("ckpt.pt", model, opt)    # every rank ends with the same state
+
+save writes to a temporary file next to the target, fsyncs it and renames it over the target,
+so a process killed while saving leaves the previous checkpoint whole. Works without a
+process group too (one process is rank 0).
+"""
+import glob
+import os
+
+import torch
+import torch.distributed as dist
+
+
+def _rank():
+    return dist.get_rank() if dist.is_initialized() else 0
+
+
+def _unwrap(model):
+    return getattr(model, "module", model)  # a DDP-wrapped model saves its inner module
+
+
+def save(path, model, optimizer=None, step=0, **extra):
+    """Rank 0 writes {model, optimizer, step, extra} atomically; all ranks wait for it."""
+    path = os.fspath(path)
+    if _rank() == 0:
+        state = {"model": _unwrap(model).state_dict(), "step": int(step), "extra": extra,
+                 "optimizer": optimizer.state_dict() if optimizer is not None else None}
+        directory = os.path.dirname(os.path.abspath(path))
+        for stale in glob.glob(glob.escape(path) + ".tmp-*"):  # left by a save that was killed
+            os.remove(stale)
+        tmp = f"{path}.tmp-{os.getpid()}"
+        with open(tmp, "wb") as f:
+            torch.save(state, f)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)  # atomic: readers see the old file or the new one, never half of one
+        fd = os.open(directory, os.O_RDONLY)
+        try:
+            os.fsync(fd)  # make the rename itself durable
+        finally:
+            os.close(fd)
+    if dist.is_initialized():
+        dist.barrier()
+
+
+def load(path, model, optimizer=None):
+    """Rank 0 reads the checkpoint and broadcasts it; every rank loads it. Returns the step.
+
+    Extra values saved with it are returned by load_extra()."""
+    state = _read_and_broadcast(path)
+    _unwrap(model).load_state_dict(state["model"])
+    if optimizer is not None and state["optimizer"] is not None:
+        optimizer.load_state_dict(state["optimizer"])
+    return state["step"]
+
+
+def load_extra(path):
+    """The extra keyword values given to save()."""
+    return _read_and_broadcast(path)["extra"]
+
+
+def _read_and_broadcast(path):
+    box = [None]
+    if _rank() == 0:
+        box[0] = torch.load(os.fspath(path), map_location="cpu", weights_only=False)
+    if dist.is_initialized():
+        dist.broadcast_object_list(box, src=0)
+    return box[0]

@@ -1,0 +1,76 @@
+"""What ddplab needs to know about this machine and its processes."""
+import os
+import signal
+import time
+
+import psutil
+
+ENGINE_MB = 350  # resident memory of one engine with torch imported (measured ~250 MB) plus headroom
+MAX_DEFAULT_RANKS = 4
+
+
+def cores():
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not on Linux
+        return os.cpu_count() or 1
+
+
+def default_ranks():
+    """Two ranks at least (one rank teaches nothing about communication), cores at most 4."""
+    return min(MAX_DEFAULT_RANKS, max(2, cores()))
+
+
+def max_local_ranks():
+    """How many engines this machine can hold: 4 per core, and the memory they need."""
+    by_memory = psutil.virtual_memory().available // (ENGINE_MB * 2**20)
+    return max(1, min(max(8, 4 * cores()), by_memory))
+
+
+def loopback_interface():
+    """Name of the interface holding 127.0.0.1 ('lo' on Linux, 'lo0' on macOS)."""
+    for name, addrs in psutil.net_if_addrs().items():
+        if any(a.address == "127.0.0.1" for a in addrs):
+            return name
+    return "lo"
+
+
+def is_gone(proc):
+    """Exited, or a zombie: a dead engine's nanny is re-parented to init, which reaps it late."""
+    try:
+        return proc.status() == psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return True
+
+
+def wait_gone(procs, timeout):
+    """Wait until every process is gone; return those still alive at the timeout."""
+    deadline = time.monotonic() + timeout
+    alive = [p for p in procs if not is_gone(p)]
+    while alive and time.monotonic() < deadline:
+        time.sleep(0.02)
+        alive = [p for p in alive if not is_gone(p)]
+    return alive
+
+
+def kill(procs, sig=signal.SIGKILL):
+    for p in procs:
+        try:
+            p.send_signal(sig)
+        except psutil.Error:
+            pass
+
+
+def exit_reason(code):
+    """Why a process ended, from its exit code (negative: the signal that ended it)."""
+    if code is None:
+        return "its engine stopped answering"
+    if code < 0:
+        try:
+            name = signal.Signals(-code).name
+        except ValueError:
+            name = f"signal {-code}"
+        what = {"SIGSEGV": "crashed: segmentation fault", "SIGABRT": "aborted", "SIGBUS": "crashed: bus error",
+                "SIGFPE": "crashed: arithmetic error", "SIGKILL": "was killed"}.get(name, "was ended")
+        return f"its engine {what} ({name})"
+    return f"its engine exited with code {code}"

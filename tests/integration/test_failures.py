@@ -1,0 +1,179 @@
+"""Failures on the shared 4-rank pool: fail fast, say exactly what happened, recover.
+
+Each test leaves the pool whole (restarting what it broke), so the order does not matter.
+"""
+import os
+import re
+import signal
+import threading
+import time
+
+import pytest
+from IPython.core.error import UsageError
+
+from ddplab.errors import CellTimeout, Interrupted, RankFailed
+
+pytestmark = pytest.mark.pool
+ANSI = re.compile(r"\x1b\[[0-9;]*m")
+
+
+def ddp(ip, cell, line=""):
+    return ip.run_cell(f"%%ddp {line}\n{cell}")
+
+
+def plain(text):
+    return ANSI.sub("", text)
+
+
+@pytest.fixture
+def whole(ip, pool):
+    """The pool, made whole again after the test (lost ranks restarted, drills cleared)."""
+    yield pool
+    if pool.find_lost():
+        pool.restart()
+    for r in list(pool.faults):
+        pool.fault("clear", r)
+
+
+def test_one_rank_raises_while_the_others_wait_in_all_reduce(ip, whole, capsys):
+    assert ddp(ip, "from torch.nn.parallel import DistributedDataParallel as DDP\n"
+                   "model = DDP(nn.Linear(4, 2))\nkept = rank * 10").success
+    tic = time.monotonic()
+    res = ddp(ip, "for s in range(1, 4):\n    ddplab.log(loss=1.0 / s)\n"
+                  "import time; time.sleep(0.3)\n"  # let the last point reach the notebook
+                  "if rank == 1:\n    raise ValueError('boom on one')\n"
+                  "t = torch.ones(1)\ndist.all_reduce(t)")
+    seconds = time.monotonic() - tic
+    assert seconds < 20  # not gloo's timeout (30 s here); typically about 1 s
+    exc = res.error_in_exec
+    assert isinstance(exc, RankFailed) and exc.ranks[0] == 1
+    report = plain("\n".join(exc.report()))
+    assert report.startswith("rank 1 failed at step 2 (engine ")  # steps count from 0
+    assert report.count("ValueError: boom on one") == 1 and "raise ValueError" in report
+    assert "ranks 0, 2, 3 stopped: their collective was cut off by rank 1" in report
+    assert re.search(r"group re-formed in \d+ ms; variables kept", report)
+    assert "model = DDP(model.module)" in report  # the DDP model was tied to the old group
+    assert plain(capsys.readouterr().out).count("ValueError: boom on one") == 1  # shown once
+    assert list(whole.states) == ["failed"] * 4
+    # the pool works again, and every rank kept its variables
+    assert ddp(ip, "t = torch.ones(1)\ndist.all_reduce(t)\nmodel = DDP(model.module)").success
+    assert ip.run_line_magic("ddp_gather", "(kept, t.item())") == [(r * 10, 4.0) for r in range(4)]
+
+
+def test_an_engine_that_dies_is_named_lost_and_restart_brings_it_back(ip, whole):
+    assert ddp(ip, "kept = rank").success
+    tic = time.monotonic()
+    res = ddp(ip, "import os, time\nif rank == 2:\n    time.sleep(0.3)\n    os._exit(3)\n"
+                  "t = torch.ones(1)\ndist.all_reduce(t)")
+    assert time.monotonic() - tic < 20
+    report = "\n".join(res.error_in_exec.report(color=False))
+    assert re.search(r"^rank 2 lost \(engine \d+, pid \d+, .*\): its engine exited with code 3$", report, re.M)
+    assert "ranks 0, 1, 3 stopped: their collective was cut off by rank 2" in report
+    assert "run %ddp_restart" in report and "ranks 0, 1, 3 keep their variables" in report
+    assert whole.states[2] == "lost"
+    with pytest.raises(UsageError, match=r"rank 2 is lost \(its engine exited with code 3\): %ddp_restart"):
+        ip.run_cell_magic("ddp", "", "pass")
+    old_pid = whole.info[2]["pid"]
+    ip.run_line_magic("ddp_restart", "")
+    assert whole.info[2]["pid"] != old_pid and not whole.find_lost()
+    assert ddp(ip, "t = torch.ones(1)\ndist.all_reduce(t)\nleft = globals().get('kept')").success
+    assert ip.run_line_magic("ddp_gather", "(left, t.item())") == [(0, 4.0), (1, 4.0), (None, 4.0), (3, 4.0)]
+
+
+def test_a_segfault_and_a_kill_while_idle_are_seen(ip, whole, capsys):
+    res = ddp(ip, "import ctypes\nif rank == 3:\n    ctypes.string_at(0)\n", "--ranks 2,3")
+    assert "its engine crashed: segmentation fault (SIGSEGV)" in "\n".join(res.error_in_exec.report())
+    whole.restart()
+    ip.run_line_magic("ddp_fault", "kill 1")  # while no cell runs
+    assert "rank 1 killed (SIGKILL)" in capsys.readouterr().out
+    deadline = time.monotonic() + 10
+    while whole.states[1] != "lost" and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert whole.states[1] == "lost" and "killed" in whole.run_state.ranks[1].error
+    with pytest.raises(UsageError, match="rank 1 is lost"):
+        ip.run_line_magic("ddp_gather", "rank")
+
+
+def test_a_rank_in_an_endless_loop_is_stopped_by_the_cell_timeout(ip, whole):
+    assert ddp(ip, "kept = rank").success
+    tic = time.monotonic()
+    res = ddp(ip, "if rank == 0:\n    while True: pass\nt = torch.ones(1)\ndist.all_reduce(t)", "--timeout 1")
+    assert time.monotonic() - tic < 20
+    assert isinstance(res.error_in_exec, CellTimeout)
+    assert "every rank was interrupted (SIGINT)" in str(res.error_in_exec)
+    assert ip.run_line_magic("ddp_gather", "kept") == [0, 1, 2, 3]  # nothing restarted
+    assert ddp(ip, "t = torch.ones(1)\ndist.all_reduce(t)").success
+
+
+def test_ctrl_c_stops_a_rank_looping_and_the_ranks_waiting_for_it(ip, whole):
+    timer = threading.Timer(1.0, os.kill, (os.getpid(), signal.SIGINT))
+    timer.start()
+    try:
+        res = ddp(ip, "import time\nif rank == 3:\n    while True: time.sleep(0.01)\n"
+                      "t = torch.ones(1)\ndist.all_reduce(t)")
+    finally:
+        timer.cancel()
+    stopped = time.monotonic()
+    assert isinstance(res.error_in_exec, Interrupted)
+    assert whole.last_result.seconds < 1.0 + 5  # every rank out within a few seconds of Ctrl-C
+    assert "group re-formed" in str(res.error_in_exec)
+    assert ddp(ip, "t = torch.ones(1)\ndist.all_reduce(t)").success
+    assert time.monotonic() - stopped < 20
+
+
+def test_ranks_stuck_in_a_deadlock_are_killed_one_at_a_time_and_restarted(ip, whole):
+    assert ddp(ip, "kept = rank").success
+    res = ddp(ip, "t = torch.zeros(1)\ndist.recv(t, src=(rank + 1) % world_size)", "--timeout 1")
+    message = str(res.error_in_exec)
+    assert isinstance(res.error_in_exec, CellTimeout)
+    m = re.search(r"rank (\d) did not stop within 1.5 s of SIGINT and was restarted in [\d.]+ s "
+                  r"\(the variables of rank \d are gone; ranks ([\d, ]+) kept theirs\); group re-formed", message)
+    assert m, message
+    restarted = int(m.group(1))
+    kept = ip.run_line_magic("ddp_gather", "globals().get('kept')")
+    assert kept == [None if r == restarted else r for r in range(4)]
+    assert ddp(ip, "t = torch.ones(1)\ndist.all_reduce(t)").success
+
+
+def test_fault_drills(ip, whole, capsys):
+    ip.run_line_magic("ddp_fault", "raise 1 --at-step 5")
+    assert "rank 1 will raise at step 5" in capsys.readouterr().out
+    assert whole.run_state.ranks[1].fault == "raise at step 5"
+    res = ddp(ip, "for s in range(20):\n    ddplab.log(loss=1.0, samples=1)\n    t = torch.ones(1); dist.all_reduce(t)")
+    report = "\n".join(res.error_in_exec.report(color=False))
+    assert "FaultDrill: fault drill: rank 1 raised at step 5 (%ddp_fault raise)" in report
+    ip.run_line_magic("ddp_fault", "slow 2 3")
+    assert ddp(ip, "import time\nt0 = time.perf_counter()\nfor s in range(30):\n"
+                   "    time.sleep(0.01)\n    ddplab.log(samples=1)\nel = time.perf_counter() - t0").success
+    el = ip.run_line_magic("ddp_gather", "el")
+    assert el[2] > 2 * max(el[0], el[1], el[3])  # the straggler
+    assert "slow ×3" in whole.run_state.ranks[2].fault
+    ip.run_line_magic("ddp_fault", "")
+    assert "rank 2: slow ×3" in capsys.readouterr().out
+    ip.run_line_magic("ddp_fault", "clear")
+    assert whole.faults == {} and whole.run_state.ranks[2].fault is None
+    ip.run_line_magic("ddp_fault", "kill 3 --at-step 2")
+    res = ddp(ip, "for s in range(10):\n    ddplab.log(samples=1)\n    t = torch.ones(1); dist.all_reduce(t)")
+    assert "rank 3 lost" in "\n".join(res.error_in_exec.report()) and whole.states[3] == "lost"
+    for line in ("explode 1", "kill", "slow 1", "slow 1 0.5", "kill 9", "raise 1 2", "slow 1 2 --at-step 3"):
+        with pytest.raises(UsageError):
+            ip.run_line_magic("ddp_fault", line)
+
+
+def test_the_pool_listens_on_loopback_only_and_keeps_its_keys_private(pool):
+    import psutil
+
+    pool.run("t = torch.ones(1)\ndist.all_reduce(t)")
+    listening = []
+    for pid in pool.pids() + [os.getpid(), pool._reaper.pid]:
+        for c in psutil.Process(pid).net_connections(kind="inet"):
+            if c.status == psutil.CONN_LISTEN:
+                listening.append((pid, c.laddr.ip))
+    assert len(listening) >= 4 + 2 * 4  # controller and schedulers, gloo in every rank, telemetry
+    assert {ip for _, ip in listening} <= {"127.0.0.1", "::1"}, listening
+    security = os.path.join(pool._workdir, "security")
+    keys = [f for f in os.listdir(security) if f.startswith("ipcontroller-")]
+    assert len(keys) == 2
+    for name in keys:
+        assert os.stat(os.path.join(security, name)).st_mode & 0o777 == 0o600
+    assert os.stat(pool._workdir).st_mode & 0o777 == 0o700
