@@ -580,7 +580,7 @@ class Lab:
             err = RankError("RankLost", why, [], info.get("engine"), info.get("pid"), info.get("host", ""))
         else:
             ename = getattr(exc, "ename", None) or type(exc).__name__
-            evalue = getattr(exc, "evalue", None) or str(exc)
+            evalue = exc.evalue if getattr(exc, "evalue", None) is not None else str(exc)
             tb = (getattr(exc, "traceback", None) or "").splitlines()
             err = RankError(ename, evalue, tb, info.get("engine"), info.get("pid"), info.get("host", ""))
         err.step = step

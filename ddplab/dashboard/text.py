@@ -107,7 +107,7 @@ class LiveOutput:
 
 class TextView:
     """Outside a notebook front end (terminal IPython, the CLI): the dashboard's facts as compact
-    lines, every `every` seconds while ranks train; a failed or lost rank at once."""
+    lines, every `every` seconds while ranks train; a rank that dies, at once."""
 
     def __init__(self, every=2.0, stream=None):
         self.every = every
@@ -126,11 +126,12 @@ class TextView:
         from .. import state as st
 
         rs = lab.run_state
-        for r in rs.running:
-            state = rs.states[r]
-            if state in (st.FAILED, st.LOST) and self.told.get(r) != state:
-                self.told[r] = state
-                self._print(f"[rank {r}] {state}: {rs.ranks[r].error or ''}".rstrip())
+        if rs.cell_ended is not None:
+            return  # between cells (e.g. a restart): the cell's own report said it all
+        for r in rs.running:  # a rank that dies mid-cell is news at once; errors come in the report
+            if rs.states[r] == st.LOST and r not in self.told:
+                self.told[r] = st.LOST
+                self._print(f"[rank {r}] lost: {rs.ranks[r].error or ''}".rstrip())
         now = time.monotonic()
         if now - self.last >= self.every and any(rs.ranks[r].points for r in rs.running):
             self.last = now

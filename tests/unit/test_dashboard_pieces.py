@@ -118,7 +118,7 @@ def test_live_plot_redraws_axes_only_when_data_leaves_them():
     assert background is not None and plot.backgrounds == 2 and plot.limits[1] >= 500
 
 
-def test_text_view_prints_compact_lines_and_failures_at_once(capsys):
+def test_text_view_prints_compact_lines_and_a_lost_rank_at_once(capsys):
     class FakeLab:
         pass
 
@@ -134,7 +134,7 @@ def test_text_view_prints_compact_lines_and_failures_at_once(capsys):
     lab.metrics.current = [640.0, None]
     view.update(lab)
     assert "[rank 0] training step 10 loss 0.5000 samples/s 640" in capsys.readouterr().out
-    lab.run_state.fail(1, "ValueError: boom")
+    lab.run_state.fail(1, "its engine was killed (SIGKILL)", lost=True)
     view.update(lab)
     view.update(lab)
-    assert capsys.readouterr().out.count("[rank 1] failed: ValueError: boom") == 1
+    assert capsys.readouterr().out.count("[rank 1] lost: its engine was killed (SIGKILL)") == 1
