@@ -113,14 +113,16 @@ class Lab:
     threads_per_rank: torch threads in each rank (default: cores // ranks, at least 1).
     rendezvous: "file" (a FileStore in the pool's private directory; opens no
       port) or "tcp://HOST:PORT" (rank 0 hosts a TCPStore; PORT 0 picks a free one).
-    launcher: ipyparallel engine launcher ("local", "mpi", "ssh", "slurm", ...).
+    launcher: "local" (engines forked from a zygote that imported torch once: fast),
+      "local-spawn" (ipyparallel's own local launcher: each engine starts from scratch), or
+      any ipyparallel engine launcher ("mpi", "ssh", "slurm", ...).
     """
 
     def __init__(self, ranks=None, timeout=30.0, threads_per_rank=None, *, rendezvous="file",
                  launcher="local", start_timeout=120.0):
         ranks = _int_or_none(ranks, "the number of ranks", 1)
         self.world_size = default_ranks() if ranks is None else ranks
-        self.local = launcher == "local"
+        self.local = launcher in ("local", "local-spawn")
         if self.local and self.world_size > max_local_ranks():
             raise BadRequest(
                 f"{self.world_size} ranks is more than this machine can hold ({cores()} cores, "
@@ -143,7 +145,7 @@ class Lab:
         self.faults = {}  # rank -> the fault drill set on it (%ddp_fault)
         self.start_seconds = None
         self.last_result = None  # RunResult of the last run(), also when it failed or was interrupted
-        self._cluster = self._client = self._workdir = self._reaper = None
+        self._cluster = self._client = self._workdir = self._reaper = self._zygote = None
         self._eids, self._procs, self._lost = [], {}, {}
         self._generation = 0
         self._busy = False
@@ -198,6 +200,10 @@ class Lab:
         _running_labs.add(self)
         try:
             self._start_reaper()
+            if self.launcher == "local":
+                from .launcher import Zygote
+
+                self._zygote = Zygote(self._workdir, self._engine_environment())  # imports while the controller starts
             self._launch(say, tic)
             self._form_group(tic + self.start_timeout, say)
         except BaseException as exc:
@@ -231,10 +237,13 @@ class Lab:
         import ipyparallel as ipp
         from traitlets.config import Config
 
+        from .launcher import ForkedEngineSetLauncher
+
         n = self.world_size
+        engines = {"local": ForkedEngineSetLauncher, "local-spawn": "local"}.get(self.launcher, self.launcher)
         self._cluster = cluster = ipp.Cluster(
             profile_dir=self._workdir, cluster_id="ddplab", config=Config(), load_profile=False,
-            log=_log, shutdown_atexit=False, engines=self.launcher,
+            log=_log, shutdown_atexit=False, engines=engines,
             controller_ip="127.0.0.1" if self.local else "",
             controller_args=[f"--HeartMonitor.period={HEARTBEAT_MS}"])
         say(f"starting {n} ranks: controller ...")
@@ -324,6 +333,8 @@ class Lab:
         launchers = [self._cluster.controller] if self._cluster and self._cluster.controller else []
         if engines:
             launchers.extend(self._engine_launchers())
+            if self._zygote is not None and self._zygote.proc.poll() is None:
+                procs.append(psutil.Process(self._zygote.proc.pid))
         for launcher in launchers:
             proc = getattr(launcher, "process", None)
             if proc is None or is_gone(proc):
@@ -351,7 +362,9 @@ class Lab:
         """End engines, controller and every helper process; remove the private directory."""
         self._watching.set()
         with self._lock:
-            procs = self._pool_processes()
+            # the zygote goes last: it reaps the engines it forked (else they linger as zombies)
+            zygote = self._zygote.proc.pid if self._zygote is not None else None
+            procs = [p for p in self._pool_processes() if p.pid != zygote]
             controller = self._pool_processes(engines=False)
             if self._client is not None:
                 try:
@@ -371,6 +384,9 @@ class Lab:
                 except Exception:  # noqa: BLE001
                     pass
             self._cluster = None
+            if self._zygote is not None:
+                self._zygote.stop()
+                self._zygote = None
             if self._reaper is not None:
                 self._reaper.kill()
                 self._reaper.wait(5)
@@ -429,10 +445,24 @@ class Lab:
             launcher = self._procs.get(r)
             if launcher is not None:  # a local engine: its process tells, with its exit code
                 if is_gone(launcher.process):
-                    self._lost[r] = exit_reason(_exit_code(launcher.process))
+                    self._lost[r] = exit_reason(self._exit_code(launcher.process))
             elif self._client is not None and r < len(self._eids) and self._eids[r] not in self._client.ids:
                 self._lost[r] = exit_reason(None)  # a remote engine the controller no longer hears
         return {r: why for r, why in self._lost.items() if ranks is None or r in ranks}
+
+    def _exit_code(self, proc, wait=0.5):
+        """The exit code of a dead local engine. Its parent reaps it: the zygote (which writes
+        it down) or ipyparallel's launcher thread (psutil keeps it on that Process object;
+        waiting here too would race that thread)."""
+        deadline = time.monotonic() + wait
+        while True:
+            if self._zygote is not None:
+                code = self._zygote.exit_code(proc.pid)
+            else:
+                code = getattr(proc, "_exitcode", None)
+            if isinstance(code, int) or time.monotonic() > deadline:
+                return code if isinstance(code, int) else None
+            time.sleep(0.02)
 
     def close_group(self, ranks):
         """Close the process group on `ranks` (idle ones), so peers blocked on them fail at once."""
@@ -621,8 +651,11 @@ class Lab:
         """Send SIGINT to the given ranks (all by default), like Ctrl-C in each."""
         ranks = list(range(self.world_size)) if ranks is None else ranks
         live = [r for r in ranks if r not in self.find_lost(ranks)]
-        if live:
-            self._client.send_signal(signal.SIGINT, targets=[self._eids[r] for r in live], block=True)
+        local = [r for r in live if r in self._procs]
+        kill([self._procs[r].process for r in local], signal.SIGINT)  # local: straight to the pid
+        remote = [r for r in live if r not in self._procs]
+        if remote:  # through ipyparallel's nanny on the engine's host
+            self._client.send_signal(signal.SIGINT, targets=[self._eids[r] for r in remote], block=True)
 
     def gather(self, name, ranks=None):
         """Value of `name` (a variable or expression) on every rank, as a list indexed by rank."""
@@ -713,17 +746,6 @@ class Lab:
                          "host": info.get("host"), "threads": info.get("threads"),
                          "state": self.run_state.states[r]})
         return rows
-
-
-def _exit_code(proc, wait=0.5):
-    """The exit code of a dead engine. ipyparallel's launcher thread reaps it (psutil's wait)
-    and psutil keeps the code on that Process object; waiting here too would race it."""
-    deadline = time.monotonic() + wait
-    while True:
-        code = getattr(proc, "_exitcode", None)
-        if isinstance(code, int) or time.monotonic() > deadline:
-            return code if isinstance(code, int) else None
-        time.sleep(0.02)
 
 
 def _comm_error(error):

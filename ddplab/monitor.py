@@ -81,6 +81,7 @@ class Monitor:
         self.closed = set()  # ranks whose group was closed to free the others
         self.killed = set()  # ranks killed because they did not stop after SIGINT
         self.interrupted_at = self.escalated_at = None
+        self.still_running = len(ranks)
 
     # ------------------------------------------------------------------ telemetry and drawing
     def poll(self):
@@ -120,6 +121,8 @@ class Monitor:
                 self.failed_at.setdefault(r, now)
                 self.lab.run_state.fail(r, why, lost=True)
         running = self.running()
+        if len(running) != self.still_running:  # progress: a rank stopped; escalation waits again
+            self.still_running, self.escalated_at = len(running), now
         trouble = min([*self.failed_at.values(), self.interrupted_at or float("inf")])
         if running and now - trouble >= FAIL_FAST:
             idle = [r for r in self.ranks if r not in running and r not in self.lost and r not in self.closed]
@@ -127,8 +130,9 @@ class Monitor:
                 self.lab.close_group(idle)
                 self.closed.update(idle)
         if running and self.interrupted_at is not None and now - self.escalated_at >= ESCALATE:
-            # Stuck where SIGINT cannot reach (all in C++ collectives): kill one rank; its death
-            # frees its peers, the cascade above frees the rest. Only if that is not enough, the next.
+            # No rank has stopped for ESCALATE s since SIGINT (or since the last one stopped): they
+            # are stuck where SIGINT cannot reach (all in C++ collectives). Kill one rank; its
+            # death frees its peers, the cascade above frees the rest. If not, the next one.
             r = running[-1]
             why = f"killed by ddplab: still running {ESCALATE:g} s after SIGINT (stuck in a collective)"
             self.lab.kill_ranks([r])

@@ -1,0 +1,110 @@
+"""A fork server for engines: it imports torch (and everything an engine needs) once, then forks
+engines that start with all of it already loaded.
+
+    python -m ddplab.zygote WORKDIR        (one JSON request per line on stdin, a reply on stdout)
+
+Importing torch costs about 1.5 s of CPU per process, and the first DistributedDataParallel()
+another 1.2 s (torch._dynamo); four engines on two cores doing that in turn take most of a
+pool's start-up. A zygote pays it once, while the controller starts, and its forks share the
+loaded pages copy-on-write (less memory too). Nothing here may start a thread before forking.
+
+Requests: {"env": {...}, "cwd": "...", "output": "path/to/log", "args": [...]} -> reply {"pid": N}.
+The zygote reaps its children and appends "pid exit-code" lines to WORKDIR/exits.
+"""
+import json
+import os
+import signal
+import sys
+
+
+def preload():
+    import ipyparallel.engine.app  # noqa: F401 - ipykernel, IPython, zmq, traitlets
+    import torch
+    import torch._dynamo  # noqa: F401 - what the first DistributedDataParallel() would import
+    import torch.distributed  # noqa: F401
+    import torch.nn.parallel  # noqa: F401
+
+    import ddplab.rank  # noqa: F401
+    import ddplab.workloads  # noqa: F401
+
+    return torch
+
+
+def _reap(exits_path):
+    def handler(signum, frame):
+        while True:
+            try:
+                pid, status = os.waitpid(-1, os.WNOHANG)
+            except ChildProcessError:
+                return
+            if pid == 0:
+                return
+            code = -os.WTERMSIG(status) if os.WIFSIGNALED(status) else os.WEXITSTATUS(status)
+            with open(exits_path, "a") as f:
+                f.write(f"{pid} {code}\n")
+    return handler
+
+
+def _become_engine(request, inherited):
+    """In the forked child: a fresh session, the engine's environment and log, then ipengine."""
+    os.setsid()  # like ipyparallel's start_new_session: signals to the notebook do not reach it
+    for fd in inherited:
+        os.close(fd)
+    devnull = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(devnull, 0)
+    log = os.open(request["output"], os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    os.dup2(log, 1)
+    os.dup2(log, 2)
+    os.close(devnull)
+    os.close(log)
+    signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    os.environ.clear()
+    os.environ.update(request["env"])
+    import random
+
+    random.seed()  # forks share the zygote's random state; separate processes would not
+    if "numpy" in sys.modules:
+        sys.modules["numpy"].random.seed()
+    os.chdir(request["cwd"])
+    sys.argv = ["ipengine", *request.get("args", [])]
+    code = 0
+    try:
+        from ipyparallel.engine.app import main
+
+        main()
+    except SystemExit as exc:
+        code = exc.code if isinstance(exc.code, int) else 1
+    except BaseException:  # noqa: BLE001 - report, then leave without running the zygote's code
+        import traceback
+
+        traceback.print_exc()
+        code = 1
+    finally:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
+
+
+def main(argv=None):
+    workdir = (argv or sys.argv[1:])[0]
+    preload()
+    exits = os.path.join(workdir, "exits")
+    signal.signal(signal.SIGCHLD, _reap(exits))
+    requests, replies = sys.stdin, sys.stdout
+    inherited = [requests.fileno(), replies.fileno()]
+    replies.write(json.dumps({"ready": os.getpid()}) + "\n")
+    replies.flush()
+    for line in requests:
+        if not line.strip():
+            continue
+        request = json.loads(line)
+        pid = os.fork()
+        if pid == 0:
+            _become_engine(request, inherited)
+        replies.write(json.dumps({"pid": pid}) + "\n")
+        replies.flush()
+
+
+if __name__ == "__main__":
+    main()
