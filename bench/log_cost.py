@@ -1,18 +1,14 @@
-"""Cost of one ddplab.log() call, amortized, with the telemetry thread sending to a live socket.
-
-    python bench/log_cost.py [--calls N] [--repeats R]
-
-Target (issue 3): at most 5 microseconds per call. Compares against an empty Python
-function call measured the same way in the same run.
-"""
-import argparse
-import statistics
+"""Target 4: the cost of one ddplab.log() call, amortized, with the telemetry thread sending
+every point to a live socket (the notebook's end). An empty function call measured the same
+way in the same run is the floor."""
 import time
 
 import torch
 
 import ddplab.rank as rank
 from ddplab.monitor import Telemetry
+
+from .common import result
 
 
 def per_call(fn, calls, arg):
@@ -26,32 +22,26 @@ def noop(loss=None, samples=None, step=None, **scalars):
     pass
 
 
-def main(argv=None):
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--calls", type=int, default=200_000)
-    p.add_argument("--repeats", type=int, default=5)
-    args = p.parse_args(argv)
-    sink = Telemetry()  # the notebook's end, so batches really go out
+def run(quick=False):
+    calls, repeats = (20_000, 2) if quick else (200_000, 5)
+    sink = Telemetry()
     rank._connect(sink.address)
-    loss_tensor = torch.tensor(0.5, requires_grad=True) * 2
-    results = {"noop": [], "log(float)": [], "log(tensor)": []}
-    for _ in range(args.repeats):
-        results["noop"].append(per_call(noop, args.calls, 0.5))
-        results["log(float)"].append(per_call(rank.log, args.calls, 0.5))
-        results["log(tensor)"].append(per_call(rank.log, args.calls, loss_tensor))
-        time.sleep(2 * rank.FLUSH_EVERY)
+    loss = torch.tensor(0.5, requires_grad=True) * 2  # a loss as training makes it
+    empty, floats, tensors, received = [], [], [], 0
+    for _ in range(repeats):
+        empty.append(per_call(noop, calls, 0.5))
+        floats.append(per_call(rank.log, calls, 0.5))
+        tensors.append(per_call(rank.log, calls, loss))
+        time.sleep(3 * rank.FLUSH_EVERY)
         received = sum(len(b[2]) for b in sink.batches())
         with rank._lock:
             rank._points.clear()
             rank._sent = 0
-    out = {k: {"min": min(v), "median": statistics.median(v), "max": max(v)} for k, v in results.items()}
-    for k, v in out.items():
-        print(f"{k:12s} {v['median']:6.2f} us/call (min {v['min']:.2f}, max {v['max']:.2f})")
-    print(f"target: log() at most 5 us per call amortized -> "
-          f"{'met' if out['log(tensor)']['median'] <= 5 else 'NOT met'}; "
-          f"the last repeat sent {received} of {2 * args.calls} points live")
-    return out
+    sink.close()
+    return [result("log", "ddplab.log(loss=<tensor>, samples=64), amortized (us per call)", tensors, unit="us",
+                   target=("<=", 5.0), float_loss_us=floats, empty_call_us=empty,
+                   points_sent_live=f"{received} of {2 * calls} in the last repeat")]
 
 
 if __name__ == "__main__":
-    main()
+    print(run())

@@ -6,6 +6,7 @@ rendezvous file live in a private temporary directory (mode 0700) that stop()
 removes. A small reaper process ends the pool if the process that started it
 dies without stopping it (kill -9 of the notebook kernel).
 """
+import ast
 import atexit
 import logging
 import os
@@ -445,11 +446,22 @@ class Lab:
                 continue
             launcher = self._procs.get(r)
             if launcher is not None:  # a local engine: its process tells, with its exit code
-                if is_gone(launcher.process):
+                if self._gone(launcher.process):
                     self._lost[r] = exit_reason(self._exit_code(launcher.process))
             elif self._client is not None and r < len(self._eids) and self._eids[r] not in self._client.ids:
                 self._lost[r] = exit_reason(None)  # a remote engine the controller no longer hears
         return {r: why for r, why in self._lost.items() if ranks is None or r in ranks}
+
+    def _gone(self, proc):
+        """Cheap (this runs on every cell): a signal-0 probe; the zygote reaps its engines at
+        once, so a dead forked engine has no pid left. Otherwise psutil, which tells zombies."""
+        try:
+            os.kill(proc.pid, 0)
+        except ProcessLookupError:
+            return True
+        except PermissionError:
+            pass
+        return False if self._zygote is not None else is_gone(proc)
 
     def _exit_code(self, proc, wait=0.5):
         """The exit code of a dead local engine. Its parent reaps it: the zygote (which writes
@@ -558,7 +570,7 @@ class Lab:
         if self.view is not None:
             self.view.begin(self)
         tic = time.perf_counter()
-        ar = self._view(ranks).execute(code, silent=False, block=False)
+        ar = self._view(ranks).execute(code, silent=not _shows_a_value(code), block=False)
         monitor = Monitor(self, ar, ranks)
         stopped_by = None
         try:
@@ -753,6 +765,17 @@ class Lab:
                          "host": info.get("host"), "threads": info.get("threads"),
                          "state": self.run_state.states[r]})
         return rows
+
+
+def _shows_a_value(code):
+    """Whether a cell ends with an expression whose value is shown (Out[...]). Other cells run
+    "silent" on the engines, as ipyparallel's view.execute does by default: no execute_input
+    broadcast and no display hook, a millisecond or two less per cell on a busy machine."""
+    try:
+        body = ast.parse(code).body
+    except SyntaxError:  # IPython syntax (%magic, !shell): run it the full way
+        return True
+    return bool(body) and isinstance(body[-1], ast.Expr)
 
 
 def _comm_error(error):

@@ -79,7 +79,7 @@ class Monitor:
     def __init__(self, lab, ar, ranks, frame=FRAME):
         self.lab, self.ar, self.ranks, self.frame = lab, ar, ranks, frame
         self.futures = dict(zip(ranks, ar._children))  # one reply per rank, watched apart
-        self.last_frame = 0.0
+        self.last_frame = time.monotonic()  # the first frame a FRAME into the cell: quick cells draw none
         self.drawn_version = -1
         self.finals = set()
         self.failed_at = {}  # rank -> when it was seen failed or lost (the first is the root cause)
@@ -121,7 +121,8 @@ class Monitor:
         for r in self.ranks:
             if r not in self.failed_at and _is_error(self.futures[r]):
                 self.failed_at[r] = now
-        for r, why in self.lab.find_lost(self.ranks).items():
+        unfinished = [r for r in self.ranks if not self.futures[r].done()]
+        for r, why in (self.lab.find_lost(unfinished) if unfinished else {}).items():  # a dead rank never finishes
             if r not in self.lost:
                 self.lost[r] = why
                 self.failed_at.setdefault(r, now)

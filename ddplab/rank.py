@@ -137,9 +137,9 @@ def _connect(address):
         from IPython import get_ipython
 
         shell = get_ipython()
-        if shell is not None:
-            shell.events.register("pre_run_cell", _new_cell)
-            shell.events.register("post_run_cell", _cell_done)
+        if shell is not None:  # (pre/post_execute fire for silent cells too, unlike *_run_cell)
+            shell.events.register("pre_execute", _new_cell)
+            shell.events.register("post_execute", _cell_done)
         _flusher = threading.Thread(target=_flush_forever, name="ddplab-telemetry", daemon=True)
         _flusher.start()
 

@@ -29,11 +29,14 @@ class LivePlot:
     def __init__(self, width=4.4, height=2.3, dpi=90, y_from_zero=True, min_x=1.0, headroom=1.15):
         from matplotlib.backends.backend_agg import FigureCanvasAgg
         from matplotlib.figure import Figure
+        from matplotlib.ticker import MaxNLocator
 
         self.fig = Figure(figsize=(width, height), dpi=dpi)
         self.canvas = FigureCanvasAgg(self.fig)
         self.ax = self.fig.add_subplot()
         self.ax.tick_params(labelsize=8)
+        self.ax.xaxis.set_major_locator(MaxNLocator(6))  # fewer labels: text is what costs
+        self.ax.yaxis.set_major_locator(MaxNLocator(5))
         self.ax.grid(True, color="#e8e8e8", linewidth=0.6)
         self.fig.subplots_adjust(left=0.14, right=0.97, top=0.95, bottom=0.13)
         self.width, self.height = self.canvas.get_width_height()
@@ -73,7 +76,7 @@ class LivePlot:
         self.box = (x0, self.height - y1, x1 - x0, y1 - y0)
         buf = io.BytesIO()
         Image.frombuffer("RGBA", (self.width, self.height), self.canvas.buffer_rgba(), "raw", "RGBA", 0, 1) \
-            .convert("RGB").save(buf, format="png", compress_level=6)
+            .convert("RGB").save(buf, format="png", compress_level=1)
         self.background = buf.getvalue()
         self.backgrounds += 1
         self.paths = {}
@@ -113,10 +116,13 @@ class LivePlot:
                 f'style="display:block"><clipPath id="c{id(self)}"><rect x="{x:.1f}" y="{y:.1f}" width="{w:.1f}" '
                 f'height="{h:.1f}"/></clipPath><g clip-path="url(#c{id(self)})">{lines}</g></svg>')
 
-    def render(self, series):
-        """series: {key: (metrics.Series, colour, line width)}."""
+    def render(self, series, axes_allowed=True):
+        """series: {key: (metrics.Series, colour, line width)}. With axes_allowed=False a frame
+        that would need new axes is skipped (the caller spreads such costly frames out)."""
         background = None
         if self.limits is None or not self._inside(series):
+            if not axes_allowed:
+                return None, None
             self._draw_axes(self._limits(series))
             background = self.background
         changed = [self._extend(key, s) for key, (s, _, _) in series.items()]

@@ -6,6 +6,7 @@ runs, and the dashboard only sends what changed. Shown at %ddp_start and by %ddp
 a training cell also shows it live in its own output, and leaves a static picture there
 when it ends (so a saved notebook shows what happened).
 """
+import threading
 import time
 from html import escape
 
@@ -14,6 +15,14 @@ from . import html
 from .plots import LivePlot
 
 OUTPUT_TAIL = 200  # lines of each rank's output kept in its tab
+MAX_LINES = 16  # ranks drawn in the plots; above that, this many spread evenly (0 and the last included)
+MAX_TABS = 16  # above that, one output pane and a rank selector instead of a tab per rank
+
+
+def plotted_ranks(world_size):
+    if world_size <= MAX_LINES:
+        return list(range(world_size))
+    return sorted({round(i * (world_size - 1) / (MAX_LINES - 1)) for i in range(MAX_LINES)})
 
 
 class Dashboard:
@@ -33,16 +42,25 @@ class Dashboard:
         self.rate_view, self.rate_bg, self.rate_lines = self._plot_widgets(W, self.rate_plot, "ddplab-rate-plot")
         self.loss_title = W.HTML()
         self.rate_title = W.HTML()
-        self.panes = [W.HTML() for _ in range(world_size)]
-        self.tabs = W.Tab(children=self.panes)
-        for r in range(world_size):
-            self.tabs.set_title(r, f"rank {r}")
+        self.plotted = plotted_ranks(world_size)
+        if world_size <= MAX_TABS:
+            self.panes = [W.HTML() for _ in range(world_size)]
+            self.tabs = W.Tab(children=self.panes)
+            for r in range(world_size):
+                self.tabs.set_title(r, f"rank {r}")
+            outputs = self.tabs
+        else:  # hundreds of tabs help nobody: pick a rank, see its output
+            self.panes, self.tabs = [W.HTML()], None
+            self.pick = W.Dropdown(options=[(f"rank {r}", r) for r in range(world_size)], value=0,
+                                   description="output of", layout=W.Layout(width="220px"))
+            outputs = W.VBox([self.pick, self.panes[0]])
         plots = W.HBox([W.VBox([self.loss_title, self.loss_view]), W.VBox([self.rate_title, self.rate_view])])
         self.box = W.VBox([W.HTML(html.STYLE), self.header, W.HBox([self.diagram, self.table]), plots,
-                           self.tabs])
+                           outputs])
         self.box.add_class("ddplab-dashboard")
         self.positions = None
         self.in_cell = False
+        self._lock = threading.RLock()  # the monitor, the Lab's watcher and last-frame threads all draw
         self.frames = 0
 
     # ------------------------------------------------------------------ the view protocol
@@ -52,13 +70,19 @@ class Dashboard:
         display(self.box)
 
     def begin(self, lab):
-        """A cell starts: fresh plots; the cell shows the dashboard once its ranks train."""
-        self.loss_plot.reset()
-        self.rate_plot.reset()
-        self.in_cell = False
-        self.update(lab)
+        """A cell starts: fresh plots; the cell shows the dashboard once its ranks train.
+        (No drawing here: the first frame comes a quarter second into the cell, so a quick
+        cell costs the dashboard nothing until it ends.)"""
+        with self._lock:
+            self.loss_plot.reset()
+            self.rate_plot.reset()
+            self.in_cell = False
 
     def update(self, lab):
+        with self._lock:
+            self._draw(lab)
+
+    def _draw(self, lab):
         now = time.monotonic()
         rs, metrics = lab.run_state, lab.metrics
         self._last_state = rs
@@ -71,21 +95,30 @@ class Dashboard:
         self._set(self.diagram, svg)
         self._set(self.table, html.rank_table(rs, now, self.lang))
         self._plots(rs, metrics)
-        for r, pane in enumerate(self.panes):
+        shown = range(self.world_size) if self.tabs is not None else [self.pick.value]
+        for pane, r in zip(self.panes, shown):
             text = "\n".join(rs.ranks[r].output.splitlines()[-OUTPUT_TAIL:])
             self._set(pane, f"<pre>{escape(text)}</pre>")
-            failed = rs.states[r] in (st.FAILED, st.LOST)
-            title = f"rank {r}" + (" ✗" if failed else "")
-            if self.tabs.get_title(r) != title:
-                self.tabs.set_title(r, title)
+            if self.tabs is not None:
+                title = f"rank {r}" + (" ✗" if rs.states[r] in (st.FAILED, st.LOST) else "")
+                if self.tabs.get_title(r) != title:
+                    self.tabs.set_title(r, title)
         self.frames += 1
 
     def end(self, lab):
-        """The cell ended: last frame; in the cell, the live view becomes a static picture."""
-        self.update(lab)
-        if self.in_cell:
-            from IPython.display import HTML, clear_output, display
+        """The cell ended: last frame; in the cell, the live view becomes a static picture.
+        A cell that did not train draws its last frame in the background, 50 ms later, so
+        the cell itself returns at once (widget updates may come from any thread)."""
+        if not self.in_cell:
+            # a moment later: a thread drawing right away would take the GIL from the cell's end
+            timer = threading.Timer(0.05, self.update, args=(lab,))
+            timer.daemon = True
+            timer.start()
+            return
+        from IPython.display import HTML, clear_output, display
 
+        with self._lock:
+            self._draw(lab)
             clear_output()  # a %%ddp cell prints nothing before its dashboard
             display(HTML(self.snapshot_html()))
             self.in_cell = False
@@ -99,19 +132,21 @@ class Dashboard:
     def _plots(self, rs, metrics):
         lab = self.labels
         has_points = any(len(s) for s in metrics.loss) or any(len(s) for s in metrics.rate)
-        self._set(self.loss_title, f'<div class="ddplab-title">{escape(lab["loss_title"])}</div>')
+        some = f" ({len(self.plotted)} of {rs.world_size} ranks)" if len(self.plotted) < rs.world_size else ""
+        self._set(self.loss_title, f'<div class="ddplab-title">{escape(lab["loss_title"] + some)}</div>')
         self._set(self.rate_title, f'<div class="ddplab-title">{escape(lab["rate_title"] if has_points else lab["no_points"])}</div>')
-        wide = 1.4 if rs.world_size <= 16 else 0.6
-        loss = {r: (s, html.rank_color(r), wide) for r, s in enumerate(metrics.loss)}
-        rates = {r: (s, html.rank_color(r), wide) for r, s in enumerate(metrics.rate)}
+        loss = {r: (metrics.loss[r], html.rank_color(r), 1.4) for r in self.plotted}
+        rates = {r: (metrics.rate[r], html.rank_color(r), 1.4) for r in self.plotted}
         rates["total"] = (metrics.total, "#222222", 2.0)
+        axes_allowed = True  # new axes cost ~20-40 ms: at most one plot gets them per frame
         for plot, series, bg, lines in ((self.loss_plot, loss, self.loss_bg, self.loss_lines),
                                         (self.rate_plot, rates, self.rate_bg, self.rate_lines)):
             if not has_points and len(bg.value):
                 continue  # keep the last picture until the new cell's first points
-            background, overlay = plot.render(series)
+            background, overlay = plot.render(series, axes_allowed or not len(bg.value))
             if background is not None:
                 bg.value = background
+                axes_allowed = False
             if overlay is not None:
                 lines.value = overlay
 

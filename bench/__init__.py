@@ -1,0 +1,1 @@
+"""ddplab's benchmark suite: python -m bench [--quick] (see README, "Performance")."""

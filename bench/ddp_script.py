@@ -1,0 +1,34 @@
+"""The baseline training script for torchrun: the same loop as a %%ddp cell, no notebook.
+
+    python -m torch.distributed.run --standalone --nproc_per_node 4 bench/ddp_script.py --steps 1000 --threads 1
+
+Prints "BENCH <total samples/s>" on rank 0.
+"""
+import argparse
+import json
+import os
+
+import torch
+import torch.distributed as dist
+
+from ddplab.workloads import train_ddp
+
+
+def main():
+    p = argparse.ArgumentParser()
+    p.add_argument("--steps", type=int, default=1000)
+    p.add_argument("--threads", type=int, default=1)
+    args = p.parse_args()
+    torch.set_num_threads(args.threads)
+    os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")
+    dist.init_process_group("gloo")
+    summary = train_ddp(steps=args.steps)
+    rates = [None] * dist.get_world_size()
+    dist.all_gather_object(rates, summary["samples_per_s"])
+    if dist.get_rank() == 0:
+        print("BENCH " + json.dumps(sum(rates)), flush=True)
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()

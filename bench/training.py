@@ -1,0 +1,96 @@
+"""Training throughput (the MLP 784-512-512-10, batch 64 per rank, DDP, ddplab.log each step).
+
+Target 3: a %%ddp cell with the live dashboard on, in a real kernel, against the same loop
+as a torchrun script with one thread per rank (>= 0.98x), and with every rank using all
+cores, torch's default outside torchrun (>= 2.5x).
+Issue 3: the dashboard on against off, in the same kernel (>= 0.98x).
+Target 6: scaling over N = 1, 2, 4, 8 ranks against one process using all cores.
+"""
+import json
+import statistics
+import time
+
+from .common import in_kernel, python, ratios, result
+from ddplab.system import cores
+
+SETUP = """\
+%load_ext ddplab
+%ddp_start {n}
+import ddplab, json, time
+_lab = ddplab._magics[id(get_ipython())].lab
+_dashboard = _lab.view
+"""
+TRAIN = "%%ddp\nfrom ddplab.workloads import train_ddp\nsummary = train_ddp(steps={steps})"
+BEFORE = "_lab.view = {view}\n_c0, _w0 = time.process_time(), time.perf_counter()"
+AFTER = ("_cpu = (time.process_time() - _c0) / (time.perf_counter() - _w0)\n"
+         "print('BENCH ' + json.dumps([sum(s['samples_per_s'] for s in _lab.gather('summary')), _cpu]))")
+
+
+def in_notebook(n, steps, modes):
+    """samples/s and kernel CPU share for each mode ("on": dashboard, "off": no view), in order."""
+    cells = [SETUP.format(n=n)]
+    for mode in modes:
+        cells += [BEFORE.format(view="_dashboard" if mode == "on" else "None"), TRAIN.format(steps=steps), AFTER]
+    cells.append("%ddp_stop")
+    return in_kernel(cells)
+
+
+def torchrun(n, steps, threads):
+    out = python("-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={n}", "bench/ddp_script.py",
+                 f"--steps={steps}", f"--threads={threads}", env={"OMP_NUM_THREADS": str(threads)})
+    return next(json.loads(line[6:]) for line in out.splitlines() if line.startswith("BENCH "))
+
+
+def single_process(steps, threads):
+    """One process, no DDP, `threads` torch threads: the baseline for scaling."""
+    code = ("import torch, time, json\n"
+            f"torch.set_num_threads({threads})\n"
+            "from ddplab.workloads import synthetic_classification, mlp\n"
+            "x, y = synthetic_classification().tensors\n"
+            "m = mlp(); opt = torch.optim.SGD(m.parameters(), lr=0.05, momentum=0.9)\n"
+            "loss_fn = torch.nn.CrossEntropyLoss()\n"
+            "def step(i):\n"
+            "    lo = (i * 64) % 8192\n"
+            "    opt.zero_grad(); loss_fn(m(x[lo:lo + 64]), y[lo:lo + 64]).backward(); opt.step()\n"
+            "for i in range(20): step(i)\n"
+            f"t = time.perf_counter()\nfor i in range({steps}): step(i)\n"
+            f"print('BENCH ' + json.dumps({steps} * 64 / (time.perf_counter() - t)))\n")
+    out = python("-c", code)
+    return next(json.loads(line[6:]) for line in out.splitlines() if line.startswith("BENCH "))
+
+
+def scaling(sizes, steps):
+    from ddplab import Lab
+
+    rates = {}
+    for n in sizes:
+        with Lab(n) as lab:
+            lab.run(f"from ddplab.workloads import train_ddp\nsummary = train_ddp(steps={steps})")
+            rates[n] = sum(s["samples_per_s"] for s in lab.gather("summary"))
+    return rates
+
+
+def run(quick=False):
+    n, steps, repeats, sizes = (2, 60, 1, (1, 2)) if quick else (4, 1000, 3, (1, 2, 4, 8))
+    modes = ["on", "off"] * repeats if quick else ["on", "off", "off", "on", "on", "off"]
+    measured = in_notebook(n, steps, modes)
+    on = [m[0] for mode, m in zip(modes, measured) if mode == "on"]
+    off = [m[0] for mode, m in zip(modes, measured) if mode == "off"]
+    cpu_on = statistics.median(m[1] for mode, m in zip(modes, measured) if mode == "on")
+    cpu_off = statistics.median(m[1] for mode, m in zip(modes, measured) if mode == "off")
+    one_thread = [torchrun(n, steps, 1) for _ in range(repeats)]
+    all_cores = [torchrun(n, steps, cores()) for _ in range(repeats)]
+    base = single_process(steps, cores())
+    rates = scaling(sizes, steps)
+    return [
+        result("train_vs_torchrun", f"%%ddp training, {n} ranks, dashboard on / torchrun, 1 thread per rank",
+               ratios(on, one_thread), target=(">=", 0.98), ddplab=on, torchrun=one_thread),
+        result("train_vs_all_cores", f"%%ddp training, {n} ranks, dashboard on / torchrun, every rank "
+               f"using all {cores()} cores", ratios(on, all_cores), target=(">=", 2.5), torchrun_all_cores=all_cores),
+        result("dashboard_on_off", f"%%ddp training, {n} ranks: dashboard on / off (same kernel)",
+               ratios(on, off), target=(">=", 0.98), kernel_cpu_on=cpu_on, kernel_cpu_off=cpu_off),
+        result("scaling", f"samples/s of N ranks / one process using all {cores()} cores "
+               f"({base:.0f} samples/s); N = {', '.join(map(str, sizes))}",
+               [rates[n] / base for n in sizes], unit="efficiency", samples_per_s=rates,
+               single_process=base, sizes=list(sizes)),
+    ]

@@ -1,0 +1,33 @@
+"""The benchmark suite runs end to end (quick mode: tiny sizes; the numbers are not checked)."""
+import json
+import pathlib
+import subprocess
+import sys
+
+import pytest
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+EXPECTED = {"log", "start", "stop", "restart", "restart_lost", "cell", "train_vs_torchrun", "train_vs_all_cores",
+            "dashboard_on_off", "scaling", "dashboard_frame", "dashboard_cpu"}
+
+
+@pytest.mark.pool
+def test_the_suite_runs_and_writes_json_and_a_plot(tmp_path):
+    proc = subprocess.run([sys.executable, "-m", "bench", "--quick", "--out", str(tmp_path)], cwd=ROOT,
+                          capture_output=True, text=True, timeout=900)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    report = json.loads((tmp_path / "results.json").read_text())
+    assert report["quick"] is True and report["machine"]["cores"] >= 1
+    results = {r["name"]: r for r in report["results"]}
+    assert set(results) == EXPECTED
+    for r in results.values():
+        assert r["min"] <= r["median"] <= r["max"] and r["median"] > 0, r
+    assert (tmp_path / "results.png").stat().st_size > 10_000
+    for name in results:  # the printed table has a row per result
+        assert f"\n{name} " in proc.stdout
+
+
+def test_unknown_benchmarks_are_refused():
+    proc = subprocess.run([sys.executable, "-m", "bench", "--only", "nope"], cwd=ROOT, capture_output=True,
+                          text=True, timeout=60)
+    assert proc.returncode == 2 and "unknown benchmark(s) nope" in proc.stderr
