@@ -31,7 +31,7 @@ from .monitor import ESCALATE, Monitor, Telemetry, per_rank
 from .system import (cores, default_ranks, exit_reason, is_gone, kill, loopback_interface, max_local_ranks,
                      wait_gone)
 
-HEARTBEAT_MS = 500  # ipyparallel's default 3000 ms makes registration (and death detection) slow
+HEARTBEAT_MS = 200  # ipyparallel's default 3000 ms makes registration wait (it completes on a beat)
 WATCH_EVERY = 1.0  # seconds between looks for dead engines while no cell runs
 
 # ipyparallel logs every engine's start-up output when we end the pool; ddplab reports what matters

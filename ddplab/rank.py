@@ -232,6 +232,10 @@ def form_group(rank, world_size, rendezvous, timeout, threads, telemetry=None):
     _rank = rank
     if telemetry:
         _connect(telemetry)
+    if "torch._dynamo" not in __import__("sys").modules:
+        # the first DistributedDataParallel() imports torch._dynamo (~1.2 s of CPU): do it now, in
+        # the background, while the user reads the notebook, rather than in their first DDP cell
+        threading.Thread(target=__import__, args=("torch._dynamo",), name="ddplab-preload", daemon=True).start()
 
     import ddplab.rank as this
 

@@ -3,10 +3,12 @@ engines that start with all of it already loaded.
 
     python -m ddplab.zygote WORKDIR        (one JSON request per line on stdin, a reply on stdout)
 
-Importing torch costs about 1.5 s of CPU per process, and the first DistributedDataParallel()
-another 1.2 s (torch._dynamo); four engines on two cores doing that in turn take most of a
-pool's start-up. A zygote pays it once, while the controller starts, and its forks share the
-loaded pages copy-on-write (less memory too). Nothing here may start a thread before forking.
+Importing torch costs about 1.5 s of CPU per process; four engines on two cores doing that in
+turn take most of a pool's start-up. A zygote pays it once, while the controller starts, and
+its forks share the loaded pages copy-on-write (less memory too). Nothing here may start a
+thread before forking. (torch._dynamo, which the first DistributedDataParallel() imports,
+~1.2 s more, is left out: it would delay every start; engines import it in the background
+once the group has formed, see rank.form_group.)
 
 Requests: {"env": {...}, "cwd": "...", "output": "path/to/log", "args": [...]} -> reply {"pid": N}.
 The zygote reaps its children and appends "pid exit-code" lines to WORKDIR/exits.
@@ -18,16 +20,15 @@ import sys
 
 
 def preload():
+    """What every engine needs before it can register and join the group."""
     import ipyparallel.engine.app  # noqa: F401 - ipykernel, IPython, zmq, traitlets
-    import torch
-    import torch._dynamo  # noqa: F401 - what the first DistributedDataParallel() would import
+    import torch  # noqa: F401
     import torch.distributed  # noqa: F401
     import torch.nn.parallel  # noqa: F401
 
     import ddplab.rank  # noqa: F401
     import ddplab.workloads  # noqa: F401
 
-    return torch
 
 
 def _reap(exits_path):
