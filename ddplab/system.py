@@ -10,10 +10,36 @@ MAX_DEFAULT_RANKS = 4
 
 
 def cores():
+    """CPUs this process may really use: the affinity mask, capped by a container's CPU quota
+    (Binder and docker show all the host's cores but allow one or two). DDPLAB_CORES overrides."""
+    if os.environ.get("DDPLAB_CORES", "").isdigit() and int(os.environ["DDPLAB_CORES"]) > 0:
+        return int(os.environ["DDPLAB_CORES"])
     try:
-        return len(os.sched_getaffinity(0))
+        n = len(os.sched_getaffinity(0))
     except AttributeError:  # not on Linux
-        return os.cpu_count() or 1
+        n = os.cpu_count() or 1
+    quota = cgroup_cpu_quota()
+    return max(1, min(n, quota)) if quota else n
+
+
+def cgroup_cpu_quota(root="/sys/fs/cgroup"):
+    """The container's CPU limit in whole CPUs (rounded up), or None if there is none."""
+    try:  # cgroup v2: "max 100000" or "150000 100000"
+        with open(os.path.join(root, "cpu.max")) as f:
+            quota, period = f.read().split()[:2]
+        if quota != "max":
+            return -(-int(quota) // int(period))
+        return None
+    except (OSError, ValueError):
+        pass
+    try:  # cgroup v1
+        with open(os.path.join(root, "cpu", "cpu.cfs_quota_us")) as f:
+            quota = int(f.read())
+        with open(os.path.join(root, "cpu", "cpu.cfs_period_us")) as f:
+            period = int(f.read())
+        return -(-quota // period) if quota > 0 else None
+    except (OSError, ValueError):
+        return None
 
 
 def default_ranks():

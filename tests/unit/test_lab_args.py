@@ -113,3 +113,20 @@ def test_rank_failed_names_ranks_that_failed_the_same_way_once():
                      "rank 0 failed (engine 0, pid 0, h)", "ranks 1, 2 failed the same way", "In[0] x",
                      "NameError: x"]
     assert RankFailed({0: same[0]}).report(color=False)[0] == "rank 0 failed (engine 0, pid 0, h)"
+
+
+def test_cores_follow_a_container_quota(tmp_path, monkeypatch):
+    from ddplab.system import cgroup_cpu_quota, cores
+
+    (tmp_path / "cpu.max").write_text("150000 100000\n")
+    assert cgroup_cpu_quota(str(tmp_path)) == 2
+    (tmp_path / "cpu.max").write_text("max 100000\n")
+    assert cgroup_cpu_quota(str(tmp_path)) is None
+    v1 = tmp_path / "v1"
+    (v1 / "cpu").mkdir(parents=True)
+    (v1 / "cpu" / "cpu.cfs_quota_us").write_text("100000\n")
+    (v1 / "cpu" / "cpu.cfs_period_us").write_text("100000\n")
+    assert cgroup_cpu_quota(str(v1)) == 1
+    assert cgroup_cpu_quota(str(tmp_path / "none")) is None
+    monkeypatch.setenv("DDPLAB_CORES", "3")
+    assert cores() == 3
