@@ -47,6 +47,7 @@ class LivePlot:
         self.paths = {}  # key -> [points drawn, series generation, "x,y x,y ..." pieces]
         self.background = None
         self.backgrounds = self.frames = 0
+        self.canvas.draw()  # matplotlib's first draw loads fonts and caches (~30-80 ms): now, not in a live frame
 
     # ------------------------------------------------------------------ axes (the background)
     def _limits(self, series):

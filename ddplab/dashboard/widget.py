@@ -12,6 +12,7 @@ from html import escape
 
 from .. import state as st
 from . import html
+from ..monitor import FRAME
 from .plots import LivePlot
 
 OUTPUT_TAIL = 200  # lines of each rank's output kept in its tab
@@ -62,6 +63,7 @@ class Dashboard:
         self.in_cell = False
         self._lock = threading.RLock()  # the monitor, the Lab's watcher and last-frame threads all draw
         self.frames = 0
+        self._pending, self._drawn_at = None, 0.0  # the after-cell frame still to come; last drawn
 
     # ------------------------------------------------------------------ the view protocol
     def show(self):
@@ -81,6 +83,12 @@ class Dashboard:
     def update(self, lab):
         with self._lock:
             self._draw(lab)
+            self._drawn_at = time.monotonic()
+
+    def _deferred_frame(self, lab):
+        with self._lock:
+            self._pending = None
+            self.update(lab)
 
     def _draw(self, lab):
         now = time.monotonic()
@@ -110,10 +118,15 @@ class Dashboard:
         A cell that did not train draws its last frame in the background, 50 ms later, so
         the cell itself returns at once (widget updates may come from any thread)."""
         if not self.in_cell:
-            # a moment later: a thread drawing right away would take the GIL from the cell's end
-            timer = threading.Timer(0.05, self.update, args=(lab,))
-            timer.daemon = True
-            timer.start()
+            # a moment later: a thread drawing right away would take the GIL from the cell's end.
+            # One pending frame at most, a FRAME after the last one: many quick cells in a row
+            # (a loop of %%ddp calls) redraw 4 times a second, not once per cell.
+            with self._lock:
+                if self._pending is None:
+                    delay = max(0.05, self._drawn_at + FRAME - time.monotonic())
+                    self._pending = threading.Timer(delay, self._deferred_frame, args=(lab,))
+                    self._pending.daemon = True
+                    self._pending.start()
             return
         from IPython.display import HTML, clear_output, display
 

@@ -12,7 +12,8 @@ def test_wheel_contents(tmp_path):
                     "-w", str(tmp_path), str(ROOT)], check=True, timeout=300)
     wheel = next(tmp_path.glob("ddplab-*.whl"))
     names = zipfile.ZipFile(wheel).namelist()
-    for module in ("__init__", "lab", "magics", "rank", "state", "errors", "cli", "workloads", "dashboard/text"):
+    for module in ("__init__", "lab", "magics", "rank", "state", "errors", "cli", "workloads", "dashboard/text",
+                   "lessons/__init__", "lessons/ranks", "lessons/draw"):
         assert f"ddplab/{module}.py" in names
     assert not any(n.startswith("tests/") for n in names)
     dist = next(n.split("/")[0] for n in names if n.endswith(".dist-info/METADATA"))

@@ -1,0 +1,30 @@
+"""Helpers the lesson notebooks (notebooks/NN_*.ipynb) use to make ideas visible.
+
+- `ddplab.lessons.ranks`: runs inside ranks (imports torch only): parameter spread across
+  ranks, a DDP communication hook that counts what it sends, a timeline recorder, timings.
+- `ddplab.lessons.draw`: runs in the notebook (matplotlib): collectives before/after, sampler
+  partitions, timelines, lines and bars, labelled in the language of `%ddp_start --lang`.
+
+Keep this file light: ranks import `ddplab.lessons.ranks` through it.
+"""
+
+
+def lab():
+    """The Lab that `%ddp_start` started in this kernel, or None."""
+    from .. import _magics
+
+    for magics in _magics.values():
+        if magics.lab is not None and magics.lab.running:
+            return magics.lab
+    return None
+
+
+def lang():
+    """"zh" if the running pool was started with `--lang zh`, else "en"."""
+    running = lab()
+    return getattr(getattr(running, "view", None), "lang", "en") if running is not None else "en"
+
+
+def say(en, zh):
+    """The text for the pool's language: say("loss", "损失")."""
+    return zh if lang() == "zh" else en

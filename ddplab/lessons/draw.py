@@ -1,0 +1,212 @@
+"""Lesson pictures, drawn in the notebook with matplotlib (no pyplot: nothing shows twice).
+
+Each function returns a Picture: the last expression of a cell shows it as a PNG. Ranks have the
+dashboard's colours; texts follow `%ddp_start --lang` when the caller passes say(en, zh) texts.
+"""
+import io
+
+from matplotlib import font_manager, rc_context
+from matplotlib.figure import Figure
+
+from ..dashboard.html import rank_color
+
+KIND_COLORS = ["#4c72b0", "#dd8452", "#55a868", "#c44e52", "#8172b3", "#937860", "#da8bc3", "#8c8c8c"]
+
+
+CJK_FONTS = ("Noto Sans CJK SC", "Noto Sans CJK JP", "WenQuanYi Micro Hei", "WenQuanYi Zen Hei", "SimHei")
+
+
+def _fonts():
+    """DejaVu Sans for Latin text, then a CJK font (if installed) for Chinese labels."""
+    cjk = _cjk_font()
+    return {"font.family": ["DejaVu Sans", *([cjk] if cjk else [])],
+            "axes.spines.top": False, "axes.spines.right": False}
+
+
+_found = []
+
+
+def _cjk_font():
+    """The name of an installed CJK font, or None. Matplotlib's font list is cached from
+    before a font package may have been installed: look for the files too, once."""
+    if not _found:
+        names = {f.name for f in font_manager.fontManager.ttflist}
+        if not names.intersection(CJK_FONTS):
+            for path in sorted(font_manager.findSystemFonts()):
+                if any(key in path for key in ("NotoSansCJK-Regular", "wqy-microhei", "wqy-zenhei", "simhei")):
+                    font_manager.fontManager.addfont(path)
+                    names = {f.name for f in font_manager.fontManager.ttflist}
+                    break
+        _found.append(next((n for n in CJK_FONTS if n in names), None))
+    return _found[0]
+
+
+class Picture:
+    """A finished figure: shown as PNG by Jupyter; .figure and .axes for a closer look."""
+
+    def __init__(self, figure):
+        self.figure, self.axes = figure, figure.axes
+        buffer = io.BytesIO()
+        with rc_context(_fonts()):
+            figure.savefig(buffer, format="png", dpi=90, bbox_inches="tight")
+        self.png = buffer.getvalue()
+
+    def _repr_png_(self):
+        return self.png
+
+    def texts(self):
+        """Every text in the picture (titles, labels, ticks, annotations): for checks."""
+        found = [self.figure._suptitle.get_text()] if self.figure._suptitle else []
+        for ax in self.axes:
+            found += [ax.get_title(loc) for loc in ("left", "center", "right")] + [ax.get_xlabel(), ax.get_ylabel()]
+            found += [t.get_text() for t in ax.texts + ax.get_xticklabels() + ax.get_yticklabels()]
+            legend = ax.get_legend()
+            if legend:
+                found += [t.get_text() for t in legend.get_texts()]
+        return [t for t in found if t]
+
+
+def _figure(rows=1, cols=1, width=6.4, height=3.2, **kw):
+    with rc_context(_fonts()):
+        fig = Figure(figsize=(width, height), layout="constrained")
+        axes = fig.subplots(rows, cols, squeeze=False, **kw)
+    return fig, axes
+
+
+def _values(x):
+    """A tensor, list or number -> a flat list of floats."""
+    if hasattr(x, "tolist"):
+        x = x.tolist()
+    if not isinstance(x, (list, tuple)):
+        return [float(x)]
+    flat = []
+    for v in x:
+        flat += _values(v)
+    return flat
+
+
+def collectives(results, title="", before="before", after="after"):
+    """Each collective as two panels, before | after: one row of boxes per rank, with values.
+
+    results: {name: (per-rank values before, per-rank values after)}, values as tensors or lists
+    (None: the rank holds nothing there, e.g. a receive buffer not yet filled).
+    """
+    fig, axes = _figure(len(results), 2, width=8, height=1.1 + 0.35 * sum(len(b) for b, _ in results.values()))
+    for row, (name, sides) in enumerate(results.items()):
+        for col, per_rank in enumerate(sides):
+            ax = axes[row][col]
+            _boxes(ax, per_rank)
+            ax.set_title(f"{name}: {after if col else before}", fontsize=10, loc="left")
+    if title:
+        fig.suptitle(title)
+    return Picture(fig)
+
+
+def _boxes(ax, per_rank):
+    width = max([len(_values(v)) for v in per_rank if v is not None] + [1])
+    for r, v in enumerate(per_rank):
+        y = len(per_rank) - 1 - r
+        ax.text(-0.2, y + 0.4, f"rank {r}", ha="right", va="center", fontsize=9, color=rank_color(r))
+        for i, value in enumerate(_values(v) if v is not None else []):
+            ax.add_patch(_rect(i, y, rank_color(r)))
+            ax.text(i + 0.45, y + 0.4, f"{value:g}", ha="center", va="center", fontsize=8)
+    ax.set_xlim(-1.3, width)
+    ax.set_ylim(-0.1, len(per_rank))
+    ax.axis("off")
+
+
+def _rect(x, y, color):
+    from matplotlib.patches import Rectangle
+
+    return Rectangle((x, y), 0.9, 0.8, facecolor=color, alpha=0.25, edgecolor=color)
+
+
+def partitions(order, n, title="", xlabel="sample index", ylabel="epoch"):
+    """Which rank sees which sample, epoch by epoch (DistributedSampler).
+
+    order: per epoch, per rank, the list of sample indices that rank got (in order). A sample one
+    rank gets twice, or two ranks get, is marked with a black dot (the sampler's padding).
+    """
+    fig, axes = _figure(width=max(6.0, n * 0.18), height=0.6 + 0.45 * len(order))
+    ax = axes[0][0]
+    for e, per_rank in enumerate(order):
+        seen = {}
+        for r, indices in enumerate(per_rank):
+            for pos, i in enumerate(indices):
+                seen[i] = seen.get(i, 0) + 1
+                ax.add_patch(_rect(i, -e - 1, rank_color(r)))
+                ax.text(i + 0.45, -e - 0.6, str(pos), ha="center", va="center", fontsize=6)
+        for i, count in seen.items():
+            if count > 1:
+                ax.plot(i + 0.45, -e - 0.15, "k.", markersize=4)
+    ax.set_xlim(0, n)
+    ax.set_ylim(-len(order) - 0.2, 0)
+    ax.set_yticks([-e - 0.6 for e in range(len(order))], [str(e) for e in range(len(order))])
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    ax.set_title(title, loc="left", fontsize=10)
+    return Picture(fig)
+
+
+def timeline(events_by_rank, title="", xlabel="seconds", kinds=None):
+    """Per rank, what it did when: events_by_rank[r] = [(start, end, kind, label), ...].
+
+    Bars are coloured by kind (a legend names the kinds) and show their label.
+    """
+    kinds = list(kinds or dict.fromkeys(e[2] for events in events_by_rank for e in events))
+    fig, axes = _figure(width=8, height=0.8 + 0.45 * len(events_by_rank))
+    ax = axes[0][0]
+    for r, events in enumerate(events_by_rank):
+        y = len(events_by_rank) - 1 - r
+        for start, end, kind, label in events:
+            color = KIND_COLORS[kinds.index(kind) % len(KIND_COLORS)]
+            ax.barh(y, end - start, left=start, height=0.7, color=color, edgecolor="white", linewidth=0.5)
+            if label:
+                ax.text((start + end) / 2, y, str(label), ha="center", va="center", fontsize=7, color="white")
+    for i, kind in enumerate(kinds):
+        ax.barh(0, 0, color=KIND_COLORS[i % len(KIND_COLORS)], label=kind)
+    ax.set_yticks(range(len(events_by_rank)), [f"rank {r}" for r in reversed(range(len(events_by_rank)))])
+    ax.set_xlabel(xlabel)
+    ax.set_title(title, loc="left", fontsize=10)
+    ax.legend(loc="upper left", bbox_to_anchor=(1.0, 1.0), fontsize=8, frameon=False)
+    return Picture(fig)
+
+
+def lines(series, xlabel="", ylabel="", title="", logx=False, logy=False, panels=None):
+    """Line plots: series = {label: (xs, ys)}; a label "rank N" gets that rank's colour.
+
+    panels: several plots side by side, as a list of dicts with these same arguments.
+    """
+    specs = panels or [dict(series=series, xlabel=xlabel, ylabel=ylabel, title=title, logx=logx, logy=logy)]
+    fig, axes = _figure(1, len(specs), width=4.2 * len(specs) + 1, height=3.2)
+    for ax, spec in zip(axes[0], specs):
+        for i, (label, (xs, ys)) in enumerate(spec["series"].items()):
+            color = rank_color(int(label.split()[1])) if str(label).startswith("rank ") else KIND_COLORS[i % 8]
+            ax.plot(list(xs), list(ys), label=label, color=color, linewidth=1.4, marker="." if len(ys) < 30 else None)
+        ax.set_xscale("log" if spec.get("logx") else "linear")
+        ax.set_yscale("log" if spec.get("logy") else "linear")
+        ax.set_xlabel(spec.get("xlabel", ""))
+        ax.set_ylabel(spec.get("ylabel", ""))
+        ax.set_title(spec.get("title", ""), loc="left", fontsize=10)
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=8, frameon=False)
+    return Picture(fig)
+
+
+def bars(values, ylabel="", title="", panels=None, fmt="{:.3g}"):
+    """Bar charts: values = {label: number}, each bar labelled with its value.
+
+    panels: several charts side by side, as a list of dicts with these same arguments.
+    """
+    specs = panels or [dict(values=values, ylabel=ylabel, title=title)]
+    fig, axes = _figure(1, len(specs), width=3.6 * len(specs) + 0.8, height=3.0)
+    for ax, spec in zip(axes[0], specs):
+        labels, heights = list(spec["values"]), [float(v) for v in spec["values"].values()]
+        colors = [KIND_COLORS[i % 8] for i in range(len(labels))]
+        drawn = ax.bar(range(len(labels)), heights, color=colors)
+        ax.bar_label(drawn, [fmt.format(h) for h in heights], fontsize=8)
+        ax.set_xticks(range(len(labels)), labels, fontsize=8, rotation=15 if len(labels) > 3 else 0)
+        ax.set_ylabel(spec.get("ylabel", ""))
+        ax.set_title(spec.get("title", ""), loc="left", fontsize=10)
+        ax.margins(y=0.15)
+    return Picture(fig)
