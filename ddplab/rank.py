@@ -64,6 +64,10 @@ def _drill(step):
     elif at is None or step >= at:
         _fault = None
         if kind == "kill":
+            # send the points logged since the last flush first (a drill should report the step
+            # it was set for), and give zmq's I/O thread a moment to put them on the wire
+            _flush()
+            time.sleep(0.1)
             os.kill(os.getpid(), 9)  # SIGKILL: the process dies at once, as in a real crash
         raise FaultDrill(f"fault drill: rank {_rank} raised at step {step} (%ddp_fault raise)")
 

@@ -124,23 +124,36 @@ def _rect(x, y, color):
 def partitions(order, n, title="", xlabel="sample index", ylabel="epoch"):
     """Which rank sees which sample, epoch by epoch (DistributedSampler).
 
-    order: per epoch, per rank, the list of sample indices that rank got (in order). A sample one
-    rank gets twice, or two ranks get, is marked with a black dot (the sampler's padding).
+    order: per epoch, per rank, the list of sample indices that rank got (in order). Each box is
+    coloured by the rank that reads the sample (a legend names the ranks) and shows when that rank
+    reads it (0 = first). A sample read more than once in an epoch (the sampler's padding) is split
+    into one stacked part per read and marked with a black dot.
     """
-    fig, axes = _figure(width=max(6.0, n * 0.18), height=0.6 + 0.45 * len(order))
+    from matplotlib.patches import Patch, Rectangle
+
+    fig, axes = _figure(width=max(6.0, n * 0.3 + 1.2), height=0.9 + 0.45 * len(order))
     ax = axes[0][0]
     for e, per_rank in enumerate(order):
-        seen = {}
+        reads = {}  # sample -> [(rank, position in that rank's order)]
         for r, indices in enumerate(per_rank):
             for pos, i in enumerate(indices):
-                seen[i] = seen.get(i, 0) + 1
-                ax.add_patch(_rect(i, -e - 1, rank_color(r)))
-                ax.text(i + 0.45, -e - 0.6, str(pos), ha="center", va="center", fontsize=6)
-        for i, count in seen.items():
-            if count > 1:
-                ax.plot(i + 0.45, -e - 0.15, "k.", markersize=4)
+                reads.setdefault(i, []).append((r, pos))
+        for i, readers in reads.items():
+            height = 0.8 / len(readers)
+            for k, (r, pos) in enumerate(readers):
+                y = -e - 0.2 - (k + 1) * height
+                ax.add_patch(Rectangle((i, y), 0.9, height, facecolor=rank_color(r), alpha=0.25, edgecolor=rank_color(r)))
+                ax.text(i + 0.45, y + height / 2, str(pos), ha="center", va="center", fontsize=6 if len(readers) == 1 else 5)
+            if len(readers) > 1:
+                ax.plot(i + 0.45, -e - 0.1, "k.", markersize=4)
+    ranks = max((len(per_rank) for per_rank in order), default=0)
+    ax.legend(handles=[Patch(facecolor=rank_color(r), alpha=0.25, edgecolor=rank_color(r), label=f"rank {r}")
+                       for r in range(ranks)], loc="upper left", bbox_to_anchor=(1.0, 1.0), fontsize=8, frameon=False)
     ax.set_xlim(0, n)
     ax.set_ylim(-len(order) - 0.2, 0)
+    step = 1 if n <= 40 else 5 if n <= 200 else max(1, n // 40)
+    ax.set_xticks([i + 0.45 for i in range(0, n, step)], [str(i) for i in range(0, n, step)], fontsize=7)
+    ax.tick_params(axis="x", length=0)
     ax.set_yticks([-e - 0.6 for e in range(len(order))], [str(e) for e in range(len(order))])
     ax.set_xlabel(xlabel)
     ax.set_ylabel(ylabel)

@@ -35,6 +35,17 @@ def test_partitions_mark_samples_two_ranks_share():
     assert len(ax.patches) == 6 and len(ax.lines) == 1
 
 
+def test_partitions_name_the_ranks_and_show_both_reads_of_a_padded_sample():
+    order = [[[0, 2, 4], [1, 3, 0]]]
+    pic = draw.partitions(order, 5)
+    ax = pic.axes[0]
+    assert [t.get_text() for t in ax.get_legend().get_texts()] == ["rank 0", "rank 1"]
+    assert [t.get_text() for t in ax.get_xticklabels()] == ["0", "1", "2", "3", "4"]
+    shared = sorted((p.get_y(), p.get_height()) for p in ax.patches if p.get_x() == 0)
+    assert len(shared) == 2 and shared[0][1] == shared[1][1] == pytest.approx(0.4)  # stacked halves
+    assert shared[0][0] + shared[0][1] == pytest.approx(shared[1][0])               # one above the other
+
+
 def test_timeline_bars_and_kinds():
     events = [[(0, 1, "forward", "F0"), (1, 1.5, "backward", "B0")], [(1, 2, "forward", "F0")]]
     pic = draw.timeline(events, title="pipeline")
