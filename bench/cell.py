@@ -8,6 +8,7 @@ SETUP = """\
 import ddplab, json, statistics, time
 _lab = ddplab._magics[id(get_ipython())].lab
 _raw = _lab._client[_lab._eids]
+time.sleep(3)  # settled: right after start the engines import torch._dynamo in the background (~1.5 s)
 """
 MEASURE = """\
 _ours, _base = [], []
