@@ -512,7 +512,7 @@ class Lab:
                     if self.run_state.states[r] not in (st.LOST, st.STOPPED):
                         self.run_state.fail(r, why, lost=True)
                         if getattr(self.view, "threadsafe", False):
-                            self.view.update(self)
+                            self.show("update")
 
     # ------------------------------------------------------------------ running code
     def _require_running(self):
@@ -567,8 +567,7 @@ class Lab:
     def _run(self, code, ranks, timeout):
         self.metrics.reset()
         self.run_state.begin_cell(ranks, time.monotonic())
-        if self.view is not None:
-            self.view.begin(self)
+        self.show("begin")
         tic = time.perf_counter()
         ar = self._view(ranks).execute(code, silent=not _shows_a_value(code), block=False)
         monitor = Monitor(self, ar, ranks)
@@ -587,8 +586,7 @@ class Lab:
         self.run_state.end_cell(time.monotonic())
         if result.recovery:
             self.run_state.message = " ".join(result.recovery)
-        if self.view is not None:
-            self.view.end(self)
+        self.show("end")
         if stopped_by == "interrupt":
             raise KeyboardInterrupt(" ".join(result.recovery))
         if stopped_by == "timeout":
@@ -752,8 +750,19 @@ class Lab:
         return text
 
     def _draw(self):
-        if self.view is not None:
-            self.view.update(self)
+        self.show("update")
+
+    def show(self, what):
+        """Call the view (view.begin/update/end(lab)); True if it drew. A view that raises is
+        reported on stderr, never allowed to break a cell or leave ranks running."""
+        if self.view is None:
+            return False
+        try:
+            getattr(self.view, what)(self)
+            return True
+        except Exception as exc:
+            print(f"ddplab: the live view failed ({type(exc).__name__}: {exc}); the pool is fine", file=sys.stderr)
+            return False
 
     # ------------------------------------------------------------------ reporting
     def status(self):

@@ -21,6 +21,8 @@ class Series:
         self.stride, self.skipped, self.generation = 1, 0, 0
 
     def add(self, x, y):
+        if not (math.isfinite(x) and math.isfinite(y)):
+            return  # a diverged loss (inf, nan) cannot be drawn; the history and the table keep it
         self.skipped += 1
         if self.skipped < self.stride:
             return

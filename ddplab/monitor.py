@@ -88,6 +88,7 @@ class Monitor:
         self.killed = set()  # ranks killed because they did not stop after SIGINT
         self.interrupted_at = self.escalated_at = None
         self.still_running = len(ranks)
+        self.view_ok = True
 
     # ------------------------------------------------------------------ telemetry and drawing
     def poll(self):
@@ -106,8 +107,8 @@ class Monitor:
 
     def draw(self, now=None):
         view = self.lab.view
-        if view is not None and self.lab.run_state.version != self.drawn_version:
-            view.update(self.lab)
+        if view is not None and self.view_ok and self.lab.run_state.version != self.drawn_version:
+            self.view_ok = self.lab.show("update")  # a view that failed once is left alone for the cell
             self.drawn_version = self.lab.run_state.version
         self.last_frame = now if now is not None else time.monotonic()
 

@@ -77,6 +77,12 @@ def train_resumable(steps, path, every=5, resume=False, seed=0, batch=16):
     torch.manual_seed(seed)
     model = DDP(nn.Sequential(nn.Linear(20, 32), nn.Tanh(), nn.Linear(32, 1)))
     opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
+    # DDP buckets the gradients in parameter order for its first step, then re-orders them by when
+    # they are ready; with more than 2 ranks that changes the order in which the all-reduce adds
+    # them (and the last bits of the sums). One backward pass first: every real step, resumed or
+    # not, then uses the same buckets.
+    model(torch.zeros(1, 20)).sum().backward()
+    opt.zero_grad()
     start = checkpoint.load(path, model, opt) if resume else 0
     for step in range(start, steps):
         # each (step, rank) has its own batch, so the data does not depend on where a run started

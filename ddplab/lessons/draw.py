@@ -7,6 +7,7 @@ import io
 
 from matplotlib import font_manager, rc_context
 from matplotlib.figure import Figure
+from matplotlib.text import Text
 
 from ..dashboard.html import rank_color
 
@@ -47,7 +48,11 @@ class Picture:
     def __init__(self, figure):
         self.figure, self.axes = figure, figure.axes
         buffer = io.BytesIO()
-        with rc_context(_fonts()):
+        fonts = _fonts()
+        for text in figure.findobj(Text):  # legends are made outside _figure(): give them the CJK fallback too
+            if text.get_fontfamily() == ["sans-serif"]:
+                text.set_fontfamily(fonts["font.family"])
+        with rc_context(fonts):
             figure.savefig(buffer, format="png", dpi=90, bbox_inches="tight")
         self.png = buffer.getvalue()
 

@@ -105,3 +105,36 @@ def median_seconds(fn, repeat=5, warmup=1):
     slowest = torch.tensor([statistics.median(times)], dtype=torch.float64)
     dist.all_reduce(slowest, op=dist.ReduceOp.MAX)
     return slowest.item()
+
+
+class AllReduceCounter:
+    """Counts the `dist.all_reduce` calls made inside `with counter:` and the bytes they reduce,
+    whoever makes them (e.g. torch's model averagers, which call dist.all_reduce from Python):
+
+        counter = AllReduceCounter()
+        with counter:
+            averager.average_parameters(model.parameters())
+        counter.calls, counter.bytes
+
+    DDP all-reduces its gradient buckets from C++, not through dist.all_reduce: count those with
+    CommCounter. Not thread-safe: it swaps dist.all_reduce for the length of the `with`.
+    """
+
+    def __init__(self):
+        self.calls = self.bytes = 0
+        self._original = None
+
+    def __enter__(self):
+        self._original = original = dist.all_reduce
+
+        def counted(tensor, *args, **kwargs):
+            self.calls += 1
+            self.bytes += tensor.numel() * tensor.element_size()
+            return original(tensor, *args, **kwargs)
+
+        dist.all_reduce = counted
+        return self
+
+    def __exit__(self, *exc):
+        dist.all_reduce = self._original
+        return False

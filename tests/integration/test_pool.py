@@ -221,3 +221,25 @@ def test_history_has_every_step_of_every_rank(ip, pool, capsys, tmp_path):
     with pytest.raises(UsageError, match="cannot write"):
         ip.run_line_magic("ddp_history", "--csv /no/such/dir/h.csv")
     ddp(ip, "open_phase.__exit__(None, None, None)")
+
+
+def test_a_view_that_raises_never_breaks_the_cell(pool, capsys):
+    class Broken:
+        def begin(self, lab):
+            pass
+
+        def update(self, lab):
+            raise OverflowError("cannot convert float infinity to integer")
+
+        end = update
+
+    kept, pool.view = pool.view, Broken()
+    try:
+        result = pool.run("import time\nfor i in range(4):\n    ddplab.log(loss=float('inf'))\n    time.sleep(0.2)\nz = 5")
+        assert [o.error for o in result.outputs] == [None] * 4
+        assert "ddplab: the live view failed (OverflowError" in capsys.readouterr().err
+        assert pool.gather("z") == [5] * 4
+        pool.run("z = 6")  # the next cell runs: no rank left in a state it cannot leave
+        assert pool.gather("z") == [6] * 4
+    finally:
+        pool.view = kept

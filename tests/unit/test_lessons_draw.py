@@ -96,3 +96,17 @@ def test_lessons_package_stays_light_for_ranks():
 
 def test_notebooks_match_their_sources():
     subprocess.run([sys.executable, str(ROOT / "tools" / "make_notebooks.py"), "--check"], check=True)
+
+
+def test_chinese_legends_render_with_a_cjk_font_too():
+    installed = [p for p in pathlib.Path("/usr/share/fonts").rglob("*") if "NotoSansCJK" in p.name or "wqy" in p.name]
+    if not installed:
+        pytest.skip("no CJK font installed (./dev test installs Debian's fonts-noto-cjk)")
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # a legend made outside _figure() used to miss the CJK fallback
+        lines = draw.lines({"全局": ([0, 1], [1, 0]), "逐层": ([0, 1], [0, 1])}, title="剪枝")
+        timeline = draw.timeline([[(0, 1, "前向", "0")], [(1, 2, "反向", "0")]], title="流水线")
+    assert is_png(lines) and is_png(timeline)
+    assert "全局" in lines.texts() and "反向" in timeline.texts()

@@ -1,0 +1,213 @@
+# %% [markdown]
+# # Lesson 3 · DistributedSampler and set_epoch
+#
+# **In short.** Data parallelism needs each rank to read a *different* part of the data set, and
+# together all of it. `DistributedSampler` does this: every rank shuffles the indices **the same
+# way** (the same seed), then takes every `world_size`-th index starting at its `rank`. The seed of
+# the shuffle is `seed + epoch`, so unless you call `sampler.set_epoch(epoch)` every epoch repeats
+# the same order. When the data set does not divide evenly, the sampler **repeats a few samples**
+# so every rank gets as many (or drops some, with `drop_last=True`). With a `DataLoader`, each step
+# reads `batch_size` samples on every rank: the global batch is `batch_size × world_size`.
+#
+# **简介。** 数据并行要求每个 rank 读取数据集中*不同*的部分，合起来正好是全部数据。
+# `DistributedSampler` 就是做这件事的：每个 rank 用**相同的方式**（相同的种子）打乱索引，然后从自己的
+# `rank` 开始，每隔 `world_size` 个取一个索引。打乱用的种子是 `seed + epoch`，所以如果不在每个 epoch
+# 调用 `sampler.set_epoch(epoch)`，每个 epoch 的顺序都一样。数据集不能整除时，采样器会**重复几个样本**，
+# 让每个 rank 拿到同样多的样本（或者用 `drop_last=True` 丢掉几个）。配合 `DataLoader`，每一步每个 rank
+# 读取 `batch_size` 个样本：全局批次是 `batch_size × world_size`。
+#
+# **You will see:** which rank gets which sample, epoch by epoch, without and with `set_epoch`; the
+# repeated samples; what `drop_last=True` leaves out; one global batch, rank by rank.
+
+# %%
+%load_ext ddplab
+from ddplab.lessons import draw, say
+
+# %%
+%ddp_start 4
+
+# %% [markdown]
+# ## 22 samples on 4 ranks
+#
+# The data set here is just the numbers 0..21 (a sampler only deals in indices). Each rank makes a
+# `DistributedSampler` and lists the indices it gets, for 3 epochs: once **without** calling
+# `set_epoch`, once **with** `set_epoch(epoch)` at the start of every epoch.
+
+# %%
+%%ddp
+from torch.utils.data import DistributedSampler
+
+N = 22
+data = list(range(N))
+
+sampler = DistributedSampler(data, num_replicas=world_size, rank=rank, shuffle=True, seed=0)
+without = [list(sampler) for epoch in range(3)]          # forgot set_epoch
+
+sampler = DistributedSampler(data, num_replicas=world_size, rank=rank, shuffle=True, seed=0)
+with_set_epoch = []
+for epoch in range(3):
+    sampler.set_epoch(epoch)                             # shuffle with seed 0 + epoch
+    with_set_epoch.append(list(sampler))
+
+print(f"len(sampler) = {len(sampler)}")
+print(f"without set_epoch: {without}")
+print(f"with set_epoch:    {with_set_epoch}")
+
+# %% [markdown]
+# Draw it: one row per epoch, one column per sample index, each box coloured by the rank that reads
+# that sample, and the number in it is *when* that rank reads it (0 = first). A black dot marks a
+# sample read twice in the epoch: the padding.
+
+# %%
+without = %ddp_gather without
+with_set_epoch = %ddp_gather with_set_epoch
+per_epoch = lambda orders: [[orders[r][e] for r in range(4)] for e in range(3)]  # [rank][epoch] -> [epoch][rank]
+draw.partitions(per_epoch(without), 22, xlabel=say("sample index", "样本索引"), ylabel=say("epoch", "epoch"),
+                title=say("Without set_epoch: the same order every epoch", "不调用 set_epoch：每个 epoch 顺序相同"))
+
+# %%
+draw.partitions(per_epoch(with_set_epoch), 22, xlabel=say("sample index", "样本索引"), ylabel=say("epoch", "epoch"),
+                title=say("With set_epoch(epoch): a new shuffle every epoch", "调用 set_epoch(epoch)：每个 epoch 重新打乱"))
+
+# %% [markdown]
+# Each rank reads `len(sampler)` = ⌈22 / 4⌉ = 6 samples per epoch: 24 in all, for 22 samples. To
+# fill the gap the sampler appends the **first 2 indices of the shuffled list** again (the black
+# dots): in every epoch 2 samples are seen twice, by two different ranks. In a training epoch those
+# two samples count double; for evaluation (a metric over the data set) the padding makes the
+# result slightly wrong, unless you leave the repeats out.
+#
+# Check it, epoch by epoch:
+
+# %%
+for name, orders in [("without set_epoch", without), ("with set_epoch", with_set_epoch)]:
+    for epoch, per_rank in enumerate(per_epoch(orders)):
+        everything = sum(per_rank, [])
+        assert all(len(indices) == 6 for indices in per_rank)       # len(sampler) samples on every rank
+        assert sorted(set(everything)) == list(range(22))           # together, the ranks cover every sample
+        repeated = [i for i in set(everything) if everything.count(i) > 1]
+        assert len(everything) == 24 and len(repeated) == 2         # disjoint, apart from 2 padded samples
+        for r, indices in enumerate(per_rank):
+            assert len(set(indices)) == 6                            # a rank never reads one sample twice
+    print(f"{name}: each epoch covers all 22 samples, 6 per rank, 2 of them read twice")
+assert all(without[r][0] == without[r][1] == without[r][2] for r in range(4))        # without: the same every epoch
+assert all(with_set_epoch[r][0] != with_set_epoch[r][1] != with_set_epoch[r][2] for r in range(4))  # with: not
+assert [w[0] for w in without] == [w[0] for w in with_set_epoch]   # epoch 0 is the same either way: seed 0 + 0
+print("without set_epoch every epoch repeats epoch 0's order; with it, every epoch is shuffled anew")
+
+# %% [markdown]
+# ## What the sampler does, by hand
+#
+# Nothing is communicated: every rank computes the **same** permutation from the same seed, pads it,
+# and keeps its own slice. This is also why a different `seed` on one rank, or a different
+# `shuffle` setting, silently breaks the split.
+
+# %%
+%%ddp
+def my_indices(epoch, seed=0):
+    g = torch.Generator().manual_seed(seed + epoch)
+    order = torch.randperm(N, generator=g).tolist()      # the same on every rank
+    total = -(-N // world_size) * world_size             # 24: a multiple of world_size
+    order += order[:total - N]                           # pad with the first indices again
+    return order[rank::world_size]                       # every 4th, starting at my rank
+
+by_hand = [my_indices(epoch) for epoch in range(3)]
+print("by hand == DistributedSampler:", by_hand == with_set_epoch)
+
+# %%
+by_hand = %ddp_gather by_hand
+assert by_hand == with_set_epoch
+print("on every rank, the sampler is: shuffle with seed + epoch, pad, take every 4th")
+
+# %% [markdown]
+# ## drop_last=True: drop instead of repeat
+#
+# With `drop_last=True` the sampler cuts the shuffled list down to a multiple of `world_size`
+# instead: 5 samples per rank, 20 in all, and the last 2 of each shuffle are **not read at all**
+# that epoch (the empty columns below; with `set_epoch`, different ones every epoch).
+
+# %%
+%%ddp
+sampler = DistributedSampler(data, num_replicas=world_size, rank=rank, shuffle=True, seed=0, drop_last=True)
+dropping = []
+for epoch in range(3):
+    sampler.set_epoch(epoch)
+    dropping.append(list(sampler))
+print(f"len(sampler) = {len(sampler)}: {dropping}")
+
+# %%
+dropping = %ddp_gather dropping
+skipped = []
+for epoch, per_rank in enumerate(per_epoch(dropping)):
+    everything = sum(per_rank, [])
+    assert all(len(indices) == 5 for indices in per_rank) and len(set(everything)) == 20  # disjoint, 20 of 22
+    skipped.append(sorted(set(range(22)) - set(everything)))
+print("left out in epochs 0, 1, 2:", skipped)
+draw.partitions(per_epoch(dropping), 22, xlabel=say("sample index", "样本索引"), ylabel=say("epoch", "epoch"),
+                title=say("drop_last=True: 5 per rank, 2 samples left out each epoch",
+                          "drop_last=True：每个 rank 5 个，每个 epoch 有 2 个样本不读"))
+
+# %% [markdown]
+# ## The global batch
+#
+# A `DataLoader` with this sampler reads `batch_size` samples per step on every rank, so one
+# training step of DDP sees `batch_size × world_size` samples: the **global batch**. Here: batch
+# size 3 on 4 ranks = 12 samples per step, and an epoch is 6 / 3 = 2 steps. (When you scale from 1
+# to 4 ranks and keep `batch_size`, the global batch grows 4 times: the learning rate usually has
+# to follow.) Train a tiny DDP model for 5 epochs this way (the dashboard follows it), and keep the
+# sample indices of every batch.
+
+# %%
+%%ddp
+from torch.nn.parallel import DistributedDataParallel as DDP
+from torch.utils.data import DataLoader, TensorDataset
+
+torch.manual_seed(0)
+features = torch.randn(N, 8)
+labels = (features.sum(dim=1) > 0).long()
+dataset = TensorDataset(torch.arange(N), features, labels)  # (index, x, y): to see which samples
+sampler = DistributedSampler(dataset, num_replicas=world_size, rank=rank, shuffle=True, seed=0)
+loader = DataLoader(dataset, batch_size=3, sampler=sampler)
+
+model = DDP(nn.Linear(8, 2))
+opt = torch.optim.SGD(model.parameters(), lr=0.5)
+batches = []                                             # (epoch, step, indices) of every batch
+for epoch in range(5):
+    sampler.set_epoch(epoch)
+    for step, (index, x, y) in enumerate(loader):
+        loss = nn.functional.cross_entropy(model(x), y)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        batches.append((epoch, step, index.tolist()))
+        ddplab.log(loss=loss, samples=len(x))
+print(f"{len(loader)} steps per epoch; epoch 0, step 0 read samples {batches[0][2]}")
+
+# %%
+batches = %ddp_gather batches
+global_batch = sum((b[0][2] for b in batches), [])
+print(f"epoch 0, step 0: the global batch is {global_batch} ({len(global_batch)} samples = 3 × 4)")
+assert all(len(b) == 5 * 2 for b in batches)                           # 2 steps per epoch, on every rank
+assert len(global_batch) == 12 and len(set(global_batch)) == 12       # 3 per rank, none shared
+assert [b[i][:2] for b in batches for i in range(10)] == [(e, s) for r in range(4) for e in range(5) for s in range(2)]
+print("every step, 4 ranks × 3 samples: a global batch of 12")
+
+# %% [markdown]
+# ## Exercises
+#
+# 1. Give rank 2 `seed=1` and the others `seed=0`. Which checks above fail, and what would training
+#    see? (Draw the partitions: some samples are read twice, others never.)
+# 2. Take `N = 23`. How many samples does each rank get with and without `drop_last`, and how many are
+#    repeated or left out? Predict, then check with `len(sampler)`.
+# 3. Evaluation with the padding: compute the mean of `data` (0..21, mean 10.5) by letting each rank
+#    sum the samples its sampler gives and `all_reduce` the sums and counts. What do you get, and how
+#    would you fix it?
+#
+# ## 练习
+#
+# 1. 让 rank 2 使用 `seed=1`，其他 rank 使用 `seed=0`。上面哪些检查会失败？训练时会发生什么？（画出分区图：有的样本被读两次，有的从未被读。）
+# 2. 取 `N = 23`。有无 `drop_last` 时，每个 rank 各拿到多少个样本？有多少个被重复或被丢弃？先预测，再用 `len(sampler)` 验证。
+# 3. 带填充的评估：让每个 rank 对采样器给出的样本求和，再用 `all_reduce` 汇总和与个数，计算 `data`（0..21，均值 10.5）的均值。
+#    结果是多少？应该怎样修正？
+
+# %%
+%ddp_stop
