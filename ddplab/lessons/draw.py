@@ -179,7 +179,7 @@ def timeline(events_by_rank, title="", xlabel="seconds", kinds=None):
         for start, end, kind, label in events:
             color = KIND_COLORS[kinds.index(kind) % len(KIND_COLORS)]
             ax.barh(y, end - start, left=start, height=0.7, color=color, edgecolor="white", linewidth=0.5)
-            if label:
+            if label is not None and label != "":  # 0 is a label too (micro-batch 0)
                 ax.text((start + end) / 2, y, str(label), ha="center", va="center", fontsize=7, color="white")
     for i, kind in enumerate(kinds):
         ax.barh(0, 0, color=KIND_COLORS[i % len(KIND_COLORS)], label=kind)

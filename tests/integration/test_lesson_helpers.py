@@ -58,3 +58,29 @@ events = tl.events
     assert kind == "work" and label == "r3" and 0.14 < end - start < 1.0 and abs(start) < 0.5
     took = pool.gather("took")
     assert len(set(took)) == 1 and 0.039 < took[0] < 0.2
+
+
+def test_all_reduce_counter_counts_what_a_model_averager_sends(pool):
+    pool.run("""
+from torch.distributed.algorithms.model_averaging.averagers import PeriodicModelAverager
+from ddplab.lessons.ranks import AllReduceCounter, param_spread
+torch.manual_seed(rank)                       # every rank starts different
+model = nn.Linear(10, 5)                      # 55 parameters
+model(torch.ones(1, 10)).sum().backward()     # the averager skips parameters without a .grad
+averager = PeriodicModelAverager(period=3)    # averages at its steps 0, 3, 6
+counter = AllReduceCounter()
+spreads = []
+before = dist.all_reduce
+with counter:
+    for step in range(7):
+        averager.average_parameters(model.parameters())
+spreads.append(param_spread(model))           # outside the with: not counted
+outside = torch.ones(4)
+dist.all_reduce(outside)                      # not counted either
+restored = dist.all_reduce is before         # the real all_reduce is back after the with
+counted = (counter.calls, counter.bytes)
+""")
+    assert pool.gather("counted") == [(3, 3 * 55 * 4)] * 4
+    assert pool.gather("spreads") == [[0.0]] * 4
+    assert pool.gather("outside.tolist()") == [[4.0] * 4] * 4
+    assert pool.gather("restored") == [True] * 4
