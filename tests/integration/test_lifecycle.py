@@ -145,6 +145,20 @@ def test_a_run_killed_and_resumed_from_its_checkpoint_ends_bit_for_bit_equal(pai
     assert all(torch.equal(p, q) for p, q in zip(uninterrupted[0], uninterrupted[1]))  # ranks agree
 
 
+def test_a_run_resumed_on_four_ranks_ends_bit_for_bit_equal(pool, tmp_path):
+    # with more than 2 ranks the gradient sum depends on the order in which the all-reduce adds
+    # the ranks' values, i.e. on DDP's bucket layout, which changes after a DDP model's first step
+    cell = ("from ddplab.workloads import train_resumable, param_checksum\n"
+            "model, started = train_resumable({steps}, {path!r}, every=5, resume={resume})\n"
+            "checksum = param_checksum(model.module)")
+    pool.run(cell.format(steps=30, path=str(tmp_path / "a.pt"), resume=False))
+    uninterrupted = pool.gather("checksum")
+    pool.run(cell.format(steps=15, path=str(tmp_path / "b.pt"), resume=False))
+    pool.run(cell.format(steps=30, path=str(tmp_path / "b.pt"), resume=True))
+    assert pool.gather("started") == [15] * 4
+    assert pool.gather("checksum") == uninterrupted and len(set(uninterrupted)) == 1
+
+
 def test_a_kill_during_save_leaves_the_previous_checkpoint_whole(tmp_path):
     path = tmp_path / "ckpt.pt"
     child = subprocess.Popen([sys.executable, "-c", textwrap.dedent(f"""
