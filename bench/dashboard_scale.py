@@ -18,7 +18,7 @@ class _AR:  # stands in for the cell's AsyncResult: no engines here
         return False
 
 n, seconds = {ranks}, {seconds}
-lab = types.SimpleNamespace(run_state=state.RunState(n), metrics=LiveMetrics(n), telemetry=Telemetry(),
+lab = types.SimpleNamespace(run_state=state.RunState(n), metrics=LiveMetrics(n), telemetry=Telemetry(), cell_of={},
                             view=Dashboard(n))
 lab.show = lambda what: getattr(lab.view, what)(lab) or True
 lab.run_state.set_all(state.INIT); lab.run_state.set_all(state.READY)

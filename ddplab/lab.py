@@ -144,6 +144,7 @@ class Lab:
         self.telemetry = None
         self.info = []  # per rank: engine id, pid, host, threads
         self.faults = {}  # rank -> the fault drill set on it (%ddp_fault)
+        self.cell_of = {}  # (rank, the rank's own cell count) -> the notebook's cell number (telemetry)
         self.start_seconds = None
         self.last_result = None  # RunResult of the last run(), also when it failed or was interrupted
         self._cluster = self._client = self._workdir = self._reaper = self._zygote = None
@@ -700,7 +701,7 @@ class Lab:
 
         ranks = self._check_ranks(None)
         points = self._view(ranks).apply_async(_rank_history).get(timeout=self.timeout)
-        return History.from_ranks(dict(zip(ranks, points)))
+        return History.from_ranks(dict(zip(ranks, points)), self.cell_of)
 
     def push(self, ranks=None, **values):
         """Set variables in every rank (or the given ranks): lab.push(lr=0.1, data=tensor)."""

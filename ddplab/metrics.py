@@ -117,12 +117,16 @@ class History:
         self.rows = list(rows)
 
     @classmethod
-    def from_ranks(cls, per_rank):
-        """per_rank: {rank: [point tuples as ranks record them]}."""
+    def from_ranks(cls, per_rank, cell_of=None):
+        """per_rank: {rank: [point tuples as ranks record them]}. cell_of maps (rank, the rank's
+        own cell count) to the notebook's cell number: a restarted rank, or one left out by
+        --ranks, counts differently, and cell N must mean the same cell on every rank."""
+        cell_of = cell_of or {}
         rows = []
         for rank, points in sorted(per_rank.items()):
             for p in points:
-                row = {"rank": rank, "cell": p[CELL], "step": p[STEP], "time": p[TIME],
+                cell = cell_of.get((rank, p[CELL]), p[CELL])
+                row = {"rank": rank, "cell": cell, "step": p[STEP], "time": p[TIME],
                        "loss": p[LOSS], "samples": p[SAMPLES]}
                 if p[SCALARS]:
                     row.update(p[SCALARS])

@@ -24,6 +24,7 @@ POLL = 0.05  # seconds between looks at results and telemetry
 FRAME = 0.25  # seconds between redraws of the view: 4 per second while a cell runs
 FAIL_FAST = 0.3  # seconds a failure may go unanswered before the group is closed under the others
 ESCALATE = 1.5  # seconds after SIGINT before a rank that still runs is killed
+LOOK_EVERY = 0.25  # seconds between looks for dead engines while all is well (psutil, per rank)
 
 
 class Telemetry:
@@ -50,10 +51,11 @@ class Telemetry:
 
 def merge(lab, batch, now):
     """Fold one batch from a rank into the lab's RunState and LiveMetrics; True if it was final."""
-    rank, _cell, points, events, final = batch
+    rank, cell, points, events, final = batch
     rs = lab.run_state
     if rank >= rs.world_size or rank not in rs.running:
         return False  # a late batch of an earlier cell, or from a rank this cell did not run on
+    lab.cell_of[rank, cell] = rs.cell  # ranks count their own cells; the history uses the notebook's
     if points:
         step, loss, rate = lab.metrics.add_points(rank, points)
         lab.run_state.points_arrived(rank, step, loss, rate, now, len(points))
@@ -89,6 +91,7 @@ class Monitor:
         self.interrupted_at = self.escalated_at = None
         self.still_running = len(ranks)
         self.view_ok = True
+        self.looked_at = 0.0
 
     # ------------------------------------------------------------------ telemetry and drawing
     def poll(self):
@@ -123,7 +126,10 @@ class Monitor:
             if r not in self.failed_at and _is_error(self.futures[r]):
                 self.failed_at[r] = now
         unfinished = [r for r in self.ranks if not self.futures[r].done()]
-        for r, why in (self.lab.find_lost(unfinished) if unfinished else {}).items():  # a dead rank never finishes
+        look = unfinished and (now - self.looked_at >= LOOK_EVERY or self.failed_at or self.interrupted_at)
+        if look:
+            self.looked_at = now
+        for r, why in (self.lab.find_lost(unfinished) if look else {}).items():  # a dead rank never finishes
             if r not in self.lost:
                 self.lost[r] = why
                 self.failed_at.setdefault(r, now)

@@ -47,7 +47,10 @@ class LivePlot:
         self.paths = {}  # key -> [points drawn, series generation, "x,y x,y ..." pieces]
         self.background = None
         self.backgrounds = self.frames = 0
-        self.canvas.draw()  # matplotlib's first draw loads fonts and caches (~30-80 ms): now, not in a live frame
+        # matplotlib's first draw loads fonts and caches (~30-80 ms): do it now, not in a live
+        # frame, and keep its picture (empty axes) to show until the first points arrive
+        self._draw_axes(self._limits({}))
+        self.limits, self.backgrounds = None, 0
 
     # ------------------------------------------------------------------ axes (the background)
     def _limits(self, series):

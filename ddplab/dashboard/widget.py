@@ -41,6 +41,7 @@ class Dashboard:
         self.loss_plot, self.rate_plot = LivePlot(min_x=100), LivePlot(min_x=10, headroom=1.6)
         self.loss_view, self.loss_bg, self.loss_lines = self._plot_widgets(W, self.loss_plot, "ddplab-loss-plot")
         self.rate_view, self.rate_bg, self.rate_lines = self._plot_widgets(W, self.rate_plot, "ddplab-rate-plot")
+        self.loss_bg.value, self.rate_bg.value = self.loss_plot.background, self.rate_plot.background
         self.loss_title = W.HTML()
         self.rate_title = W.HTML()
         self.plotted = plotted_ranks(world_size)

@@ -243,3 +243,13 @@ def test_a_view_that_raises_never_breaks_the_cell(pool, capsys):
         assert pool.gather("z") == [6] * 4
     finally:
         pool.view = kept
+
+
+def test_history_numbers_cells_the_same_on_every_rank(ip, pool):
+    # rank 0 runs one cell more than the others: its own cell count is ahead of theirs
+    assert ddp(ip, "ddplab.log(loss=0.5, samples=1)", line="--ranks 0").success
+    assert ddp(ip, "ddplab.log(loss=float(rank), samples=1)").success
+    cell = pool.run_state.cell
+    rows = ip.run_line_magic("ddp_history", "").where(cell=cell)
+    assert sorted((row["rank"], row["loss"]) for row in rows) == [(r, float(r)) for r in range(4)]
+    assert [row["loss"] for row in ip.run_line_magic("ddp_history", "").where(cell=cell - 1)] == [0.5]

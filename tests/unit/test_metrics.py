@@ -61,3 +61,12 @@ def test_history_is_exact_and_exports_csv(tmp_path):
     assert len(rows) == 400 and rows[0]["rank"] == "0" and float(rows[-1]["lr"]) == pytest.approx(0.4)
     assert math.isclose(float(rows[5]["loss"]), 1 / 6)
     assert "no points" in repr(History())
+
+
+def test_history_uses_the_notebooks_cell_numbers():
+    from ddplab.metrics import History
+
+    per_rank = {0: [(3, 0, 0.0, 1.0, 8, None)], 1: [(1, 0, 0.0, 2.0, 8, None)]}  # rank 1 was restarted
+    h = History.from_ranks(per_rank, {(0, 3): 7, (1, 1): 7})
+    assert [(row["rank"], row["cell"]) for row in h] == [(0, 7), (1, 7)]
+    assert [row["cell"] for row in History.from_ranks(per_rank)] == [3, 1]  # unmapped: as the ranks counted
