@@ -3,11 +3,11 @@
 Each function returns a Picture: the last expression of a cell shows it as a PNG. Ranks have the
 dashboard's colours; texts follow `%ddp_start --lang` when the caller passes say(en, zh) texts.
 """
+import functools
 import io
 
 from matplotlib import font_manager, rc_context
 from matplotlib.figure import Figure
-from matplotlib.text import Text
 
 from ..dashboard.html import rank_color
 
@@ -48,12 +48,7 @@ class Picture:
     def __init__(self, figure):
         self.figure, self.axes = figure, figure.axes
         buffer = io.BytesIO()
-        fonts = _fonts()
-        for text in figure.findobj(Text):  # legends are made outside _figure(): give them the CJK fallback too
-            if text.get_fontfamily() == ["sans-serif"]:
-                text.set_fontfamily(fonts["font.family"])
-        with rc_context(fonts):
-            figure.savefig(buffer, format="png", dpi=90, bbox_inches="tight")
+        figure.savefig(buffer, format="png", dpi=90, bbox_inches="tight")
         self.png = buffer.getvalue()
 
     def _repr_png_(self):
@@ -71,11 +66,18 @@ class Picture:
         return [t for t in found if t]
 
 
+def _styled(draw):
+    """Draw a whole picture (texts, legends, saving) with the lesson style and CJK font fallback."""
+    @functools.wraps(draw)
+    def drawn(*args, **kwargs):
+        with rc_context(_fonts()):
+            return draw(*args, **kwargs)
+    return drawn
+
+
 def _figure(rows=1, cols=1, width=6.4, height=3.2, **kw):
-    with rc_context(_fonts()):
-        fig = Figure(figsize=(width, height), layout="constrained")
-        axes = fig.subplots(rows, cols, squeeze=False, **kw)
-    return fig, axes
+    fig = Figure(figsize=(width, height), layout="constrained")
+    return fig, fig.subplots(rows, cols, squeeze=False, **kw)
 
 
 def _values(x):
@@ -90,6 +92,7 @@ def _values(x):
     return flat
 
 
+@_styled
 def collectives(results, title="", before="before", after="after"):
     """Each collective as two panels, before | after: one row of boxes per rank, with values.
 
@@ -126,6 +129,7 @@ def _rect(x, y, color):
     return Rectangle((x, y), 0.9, 0.8, facecolor=color, alpha=0.25, edgecolor=color)
 
 
+@_styled
 def partitions(order, n, title="", xlabel="sample index", ylabel="epoch"):
     """Which rank sees which sample, epoch by epoch (DistributedSampler).
 
@@ -166,6 +170,7 @@ def partitions(order, n, title="", xlabel="sample index", ylabel="epoch"):
     return Picture(fig)
 
 
+@_styled
 def timeline(events_by_rank, title="", xlabel="seconds", kinds=None):
     """Per rank, what it did when: events_by_rank[r] = [(start, end, kind, label), ...].
 
@@ -190,6 +195,7 @@ def timeline(events_by_rank, title="", xlabel="seconds", kinds=None):
     return Picture(fig)
 
 
+@_styled
 def lines(series, xlabel="", ylabel="", title="", logx=False, logy=False, panels=None):
     """Line plots: series = {label: (xs, ys)}; a label "rank N" gets that rank's colour.
 
@@ -211,6 +217,7 @@ def lines(series, xlabel="", ylabel="", title="", logx=False, logy=False, panels
     return Picture(fig)
 
 
+@_styled
 def bars(values, ylabel="", title="", panels=None, fmt="{:.3g}"):
     """Bar charts: values = {label: number}, each bar labelled with its value.
 

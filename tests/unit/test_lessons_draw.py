@@ -12,6 +12,11 @@ from ddplab.lessons import draw
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 
 
+def require_cjk_font():
+    installed = [p for p in pathlib.Path("/usr/share/fonts").rglob("*") if "NotoSansCJK" in p.name or "wqy" in p.name]
+    assert installed, "no CJK font installed: ./dev test installs Debian's fonts-noto-cjk"
+
+
 def is_png(picture):
     return picture._repr_png_().startswith(b"\x89PNG") and len(picture.png) > 1000
 
@@ -63,9 +68,7 @@ def test_lines_and_bars_take_ranks_colours_and_panels():
 
 
 def test_chinese_labels_render_with_a_cjk_font():
-    installed = [p for p in pathlib.Path("/usr/share/fonts").rglob("*") if "NotoSansCJK" in p.name or "wqy" in p.name]
-    if not installed:
-        pytest.skip("no CJK font installed (./dev test installs Debian's fonts-noto-cjk)")
+    require_cjk_font()
     assert draw._fonts()["font.family"][1] in draw.CJK_FONTS  # found even if matplotlib's cache predates it
     import warnings
 
@@ -99,9 +102,7 @@ def test_notebooks_match_their_sources():
 
 
 def test_chinese_legends_render_with_a_cjk_font_too():
-    installed = [p for p in pathlib.Path("/usr/share/fonts").rglob("*") if "NotoSansCJK" in p.name or "wqy" in p.name]
-    if not installed:
-        pytest.skip("no CJK font installed (./dev test installs Debian's fonts-noto-cjk)")
+    require_cjk_font()
     import warnings
 
     with warnings.catch_warnings():
