@@ -7,7 +7,7 @@ SETUP = """\
 %ddp_start {n}
 import ddplab, json, statistics, time
 _lab = ddplab._magics[id(get_ipython())].lab
-_raw = _lab._client[_lab._eids]
+_raw = _lab.pool.client[_lab.pool.engine_ids]
 time.sleep(3)  # settled: right after start the engines import torch._dynamo in the background (~1.5 s)
 """
 MEASURE = """\

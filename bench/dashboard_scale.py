@@ -4,42 +4,42 @@ real kernel. Reports the time per drawn frame and the kernel's CPU share."""
 from .common import in_kernel, result
 
 CELL = """\
-import json, statistics, subprocess, sys, time, types
+import json, statistics, subprocess, sys, time
 from ddplab import state
-from ddplab.metrics import LiveMetrics
-from ddplab.monitor import FRAME, Monitor, Telemetry
+from ddplab.monitor import Hooks, Monitor
+from ddplab.telemetry import Live, Telemetry
 from ddplab.dashboard.widget import Dashboard
 
-class _AR:  # stands in for the cell's AsyncResult: no engines here
-    def __init__(self, n):
-        self._children, self._metadata = [], [{} for _ in range(n)]
-    def wait(self, timeout):
-        time.sleep(timeout)
-        return False
+class _Replies:  # stands in for the cell's replies: no engines here, no rank ever finishes
+    def done(self, rank): return False
+    def failed(self, rank): return False
+    def reply(self, rank): return None
+    def field(self, rank, key): return None
+    def wait(self, timeout): time.sleep(timeout)
 
 n, seconds = {ranks}, {seconds}
-lab = types.SimpleNamespace(run_state=state.RunState(n), metrics=LiveMetrics(n), telemetry=Telemetry(), cell_of={},
-                            view=Dashboard(n))
-lab.show = lambda what: getattr(lab.view, what)(lab) or True
-lab.run_state.set_all(state.INIT); lab.run_state.set_all(state.READY)
-lab.view.show()
-lab.run_state.begin_cell(list(range(n)), time.monotonic())
-lab.view.begin(lab)
-sender = subprocess.Popen([sys.executable, "-m", "bench.simulate", lab.telemetry.address, str(n), "10", str(seconds + 1)])
+live, telemetry, view = Live.new(n), Telemetry(), Dashboard(n)
+live.run_state.set_all(state.INIT); live.run_state.set_all(state.READY)
+view.show()
+live.run_state.begin_cell(list(range(n)), time.monotonic())
+view.begin(live)
+sender = subprocess.Popen([sys.executable, "-m", "bench.simulate", telemetry.address, str(n), "10", str(seconds + 1)])
 frames = []
 draw = Monitor.draw
 def timed_draw(self, now=None):
     t = time.perf_counter(); draw(self, now); frames.append(time.perf_counter() - t)
 Monitor.draw = timed_draw
-mon = Monitor(lab, _AR(n), list(range(n)))
+hooks = Hooks(lost=lambda ranks: {}, kill=None, interrupt=None, close_group=None,
+              draw=lambda: view.update(live) or True)
+mon = Monitor(_Replies(), list(range(n)), live, telemetry, hooks)
 time.sleep(1.0)  # the sender starts
 c0, w0 = time.process_time(), time.perf_counter()
 while time.perf_counter() - w0 < seconds:
-    mon.ar.wait(0.05)
+    mon.replies.wait(0.05)
     mon.poll()
 cpu = (time.process_time() - c0) / (time.perf_counter() - w0)
 sender.wait(30)
-points = sum(s.points for s in lab.run_state.ranks)
+points = sum(s.points for s in live.run_state.ranks)
 print("BENCH " + json.dumps([frames, cpu, points]))
 """
 

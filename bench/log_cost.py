@@ -6,7 +6,7 @@ import time
 import torch
 
 import ddplab.rank as rank
-from ddplab.monitor import Telemetry
+from ddplab.telemetry import Telemetry
 
 from .common import result
 
@@ -32,7 +32,7 @@ def run(quick=False):
         empty.append(per_call(noop, calls, 0.5))
         floats.append(per_call(rank.log, calls, 0.5))
         tensors.append(per_call(rank.log, calls, loss))
-        time.sleep(3 * rank.FLUSH_EVERY)
+        time.sleep(3 * rank._flush_every)
         received = sum(len(b[2]) for b in sink.batches())
         with rank._lock:
             rank._points.clear()

@@ -7,11 +7,17 @@
 
 Engines import ddplab.rank only, so the names below load lazily.
 """
+import logging
+
 __version__ = "0.1.0"
+
+logging.getLogger("ddplab").addHandler(logging.NullHandler())  # the application decides what is shown
 
 _LAZY = {
     "Lab": "ddplab.lab",
-    "RunResult": "ddplab.lab",
+    "RunResult": "ddplab.cell",
+    "PoolConfig": "ddplab.config",
+    "DDPLab": "ddplab.config",
     "DDPLabError": "ddplab.errors",
     "BadRequest": "ddplab.errors",
     "PoolNotRunning": "ddplab.errors",
@@ -41,8 +47,13 @@ def load_ipython_extension(shell):
     """%load_ext ddplab: register the %ddp_* magics (loading again is harmless)."""
     if id(shell) in _magics:
         return
+    from .config import tunables
     from .magics import DDPMagics
 
+    settings = tunables()
+    settings.update_config(shell.config)  # c.DDPLab.* in ipython_config.py
+    if settings not in shell.configurables:
+        shell.configurables.append(settings)  # %config DDPLab.frame = 0.5
     magics = DDPMagics(shell)
     shell.register_magics(magics)
     _magics[id(shell)] = magics

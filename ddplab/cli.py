@@ -14,10 +14,11 @@ summary = train_ddp(steps={steps}, batch={batch})
 
 def demo(ranks=None, steps=200, batch=64):
     """Start a pool, train, print the summary, stop. Returns the process exit code."""
+    from .config import PoolConfig
     from .dashboard.text import Progress, TextView
     from .lab import Lab
 
-    lab = Lab(ranks)
+    lab = Lab(config=PoolConfig.make(ranks))
     lab.view = TextView(every=1.0)  # per-rank step, loss and samples/s from ddplab.log, once a second
     print(f"ddplab demo: {lab.world_size} ranks, {steps} steps of DistributedDataParallel training "
           f"(MLP 784-512-512-10, batch {batch} per rank, DistributedSampler)", flush=True)

@@ -1,5 +1,6 @@
 """Errors ddplab raises. Each message says what happened and what to do next."""
 import re
+from dataclasses import dataclass, field
 
 ANSI = re.compile(r"\x1b\[[0-9;]*m")
 
@@ -121,14 +122,17 @@ def is_echo(error):
     return "connection closed by peer" in text or "connection reset by peer" in text
 
 
+@dataclass
 class RankError:
-    """What one rank reported when it failed."""
+    """What one rank reported when it failed (or, ename "RankLost", why its engine is gone)."""
 
-    def __init__(self, ename, evalue, traceback_lines=(), engine_id=None, pid=None, host="", step=None):
-        self.ename, self.evalue = ename, evalue
-        self.traceback_lines = list(traceback_lines)
-        self.engine_id, self.pid, self.host = engine_id, pid, host
-        self.step = step  # the last step the rank logged (ddplab.log), if any
+    ename: str
+    evalue: str
+    traceback_lines: list = field(default_factory=list)
+    engine_id: int = None
+    pid: int = None
+    host: str = ""
+    step: int = None  # the last step the rank logged (ddplab.log), if any
 
     def signature(self):
         """What makes two failures 'the same': the error and its traceback, minus cell numbers."""

@@ -12,6 +12,7 @@ from IPython.core.magic_arguments import argument, magic_arguments, parse_argstr
 
 from .dashboard.text import LiveOutput, Progress, TextView, in_notebook, show_result
 from .errors import CellTimeout, Interrupted, RankFailed, UsageProblem
+from .config import PoolConfig
 from .lab import Lab, default_ranks
 
 
@@ -32,15 +33,15 @@ def parse_ranks(spec, world_size):
     return sorted(ranks)
 
 
-def make_view(lab, lang="en", dashboard=True):
+def make_view(config):
     """The live view for where we run: the widget dashboard in a notebook, text elsewhere."""
     if not in_notebook():
         return TextView()
-    if not dashboard:
+    if not config.dashboard:
         return LiveOutput()
     from .dashboard.widget import Dashboard
 
-    return Dashboard(lab.world_size, lang=lang)
+    return Dashboard(config.ranks, lang=config.lang)
 
 
 def _parse(magic, line):
@@ -73,17 +74,19 @@ class DDPMagics(Magics):
     @magic_arguments()
     @argument("ranks", nargs="?", type=int,
               help=f"number of ranks (default here: {default_ranks()}, from the cores, at most 4)")
-    @argument("--timeout", type=float, default=30.0,
-              help="seconds a collective may wait for the other ranks (default 30)")
+    @argument("--timeout", type=float, default=None,
+              help="seconds a collective (all_reduce, barrier, ...) may wait for the other ranks before gloo "
+                   "fails it (default 30; DDPLab.timeout). Not a limit on cells: that is %%%%ddp --timeout")
     @argument("--threads", type=int, default=None,
               help="torch threads per rank (default: cores // ranks, at least 1)")
-    @argument("--lang", choices=("en", "zh"), default="en", help="dashboard labels: en or zh (中文)")
+    @argument("--lang", choices=("en", "zh"), default=None, help="dashboard labels: en or zh (中文)")
     @argument("--no-dashboard", action="store_true", help="no live dashboard (text output only)")
     @line_magic
     def ddp_start(self, line):
         """Start N ipyparallel engines that form one gloo process group.
 
         Every rank then has rank, world_size, torch, dist and nn defined.
+        Defaults come from %config DDPLab (e.g. %config DDPLab.lang = "zh").
         """
         args = _parse(self.ddp_start, line)
         if args.timeout is not None and not math.isfinite(args.timeout):
@@ -92,13 +95,12 @@ class DDPMagics(Magics):
             print(f"ddplab: a pool of {self.lab.world_size} ranks is already running; nothing changed. "
                   "Use %ddp_restart for a fresh pool, or %ddp_stop then %ddp_start N.", file=sys.stderr)
             return
-        lab = _usage(Lab, args.ranks, timeout=args.timeout, threads_per_rank=args.threads)
-        lab.view = make_view(lab, args.lang, dashboard=not args.no_dashboard)
-        if hasattr(lab.view, "show"):
-            lab.view.show()  # the dashboard shows the ranks go through starting -> init -> ready
-            progress = None
-        else:
-            progress = Progress()
+        config = _usage(PoolConfig.make, args.ranks, args.timeout, args.threads, lang=args.lang,
+                        dashboard=False if args.no_dashboard else None)
+        lab = Lab(config=config)
+        lab.view = make_view(config)
+        lab.view.show()  # the dashboard shows the ranks go through starting -> init -> ready
+        progress = None if lab.view.shows_progress else Progress()
         _usage(lab.start, progress=progress)
         self.lab = lab
         message = lab.ready_message() + "; run code on every rank with %%ddp"
@@ -110,7 +112,8 @@ class DDPMagics(Magics):
     @magic_arguments()
     @argument("--ranks", default=None, help="only these ranks, e.g. 0,2 or 1-3 (default: all)")
     @argument("--timeout", type=float, default=None,
-              help="interrupt every rank if the cell runs longer than this many seconds")
+              help="seconds this cell may run; then every rank is interrupted (SIGINT) and the cell fails. "
+                   "Not gloo's collective timeout: that is %%ddp_start --timeout")
     @cell_magic
     def ddp(self, line, cell):
         """Run the cell on every rank (state is kept between cells); show each rank's output apart."""
@@ -172,8 +175,7 @@ class DDPMagics(Magics):
         widths = [max(len(c), *(len(r[i]) for r in rows)) for i, c in enumerate(cols)]
         for r in [list(cols)] + rows:
             print("  ".join(v.ljust(w) for v, w in zip(r, widths)).rstrip())
-        if hasattr(lab.view, "show"):
-            lab.view.show()
+        lab.view.show()
 
     @magic_arguments()
     @argument("--csv", metavar="PATH", default=None, help="write the history to this CSV file")
@@ -199,7 +201,7 @@ class DDPMagics(Magics):
         To change the size: %ddp_stop, then %ddp_start N."""
         args = _parse(self.ddp_restart, line)
         lab = self._lab()
-        progress = None if hasattr(lab.view, "show") else Progress()
+        progress = None if lab.view.shows_progress else Progress()
         message = _usage(lab.restart, progress=progress, everything=args.all)
         if progress is not None:
             progress.done(message)

@@ -15,7 +15,7 @@ import socket
 import threading
 import time
 
-FLUSH_EVERY = 0.25  # seconds between telemetry batches
+_flush_every = 0.25  # seconds between telemetry batches (DDPLab.flush, set when the group forms)
 
 _points = []  # every point: (cell, step, time since the cell started, loss, samples, scalars)
 _events = []  # (cell, time, kind, value): phase changes
@@ -111,7 +111,7 @@ def _flush(final=False):
 
 def _flush_forever():
     while True:
-        time.sleep(FLUSH_EVERY)
+        time.sleep(_flush_every)
         _flush()
 
 
@@ -206,14 +206,15 @@ def _bound_to_old_group():
     return names
 
 
-def form_group(rank, world_size, rendezvous, timeout, threads, telemetry=None):
+def form_group(rank, world_size, rendezvous, timeout, threads, telemetry=None, flush=0.25):
     """Join the gloo process group and preload the names every cell can use.
 
     rendezvous is "file:///path" (a FileStore: opens no network port) or
     "tcp://host:port" (rank 0 hosts a TCPStore there; needed across hosts).
-    telemetry is the notebook's zmq address for log() points.
+    telemetry is the notebook's zmq address for log() points, sent every `flush` seconds.
     """
-    global _rank
+    global _rank, _flush_every
+    _flush_every = flush
     import torch
     import torch.distributed as dist
 

@@ -98,9 +98,6 @@ class RunState:
         if self.states.set(rank, new):
             self.touch()
 
-    def state_of(self, rank):
-        return self.states[rank]
-
     def set_all(self, new):
         for r in range(self.world_size):
             self.states.set(r, new)

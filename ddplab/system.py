@@ -11,9 +11,11 @@ MAX_DEFAULT_RANKS = 4
 
 def cores():
     """CPUs this process may really use: the affinity mask, capped by a container's CPU quota
-    (Binder and docker show all the host's cores but allow one or two). DDPLAB_CORES overrides."""
-    if os.environ.get("DDPLAB_CORES", "").isdigit() and int(os.environ["DDPLAB_CORES"]) > 0:
-        return int(os.environ["DDPLAB_CORES"])
+    (Binder and docker show all the host's cores but allow one or two). DDPLab.cores overrides."""
+    from .config import tunables
+
+    if tunables().cores > 0:
+        return tunables().cores
     try:
         n = len(os.sched_getaffinity(0))
     except AttributeError:  # not on Linux
@@ -51,6 +53,10 @@ def max_local_ranks():
     """How many engines this machine can hold: 4 per core, and the memory they need."""
     by_memory = psutil.virtual_memory().available // (ENGINE_MB * 2**20)
     return max(1, min(max(8, 4 * cores()), by_memory))
+
+
+def free_gib():
+    return psutil.virtual_memory().available / 2**30
 
 
 def loopback_interface():

@@ -6,6 +6,8 @@ In a Jupyter front end, live views are display_data outputs updated in place
 import sys
 import time
 
+from .view import View
+
 
 def in_notebook():
     """True in a Jupyter kernel, whose front end can update an output in place."""
@@ -60,7 +62,7 @@ def show_result(result):
                 print(f"Out[rank {o.rank}]:{sep}{text}")
 
 
-class LiveOutput:
+class LiveOutput(View):
     """A view for notebooks without the dashboard: each rank's latest output lines, updated in place.
 
     Shown only once the cell has run for `after` seconds; removed when the cell ends (the
@@ -72,11 +74,11 @@ class LiveOutput:
         self.handle = None
         self.last_text = None
 
-    def begin(self, lab):
+    def begin(self, live):
         self.handle, self.last_text = None, None
 
-    def update(self, lab):
-        rs = lab.run_state
+    def update(self, live):
+        rs = live.run_state
         if rs.cell_started is None or rs.elapsed(time.monotonic()) < self.after or rs.cell_ended:
             return
         blocks = []
@@ -95,7 +97,7 @@ class LiveOutput:
             self.handle.update(data, raw=True)
         self.last_text = text
 
-    def end(self, lab):
+    def end(self, live):
         """Remove the live view. A %%ddp cell prints nothing before it, so clearing the cell's
         output removes only the live view; the full output is printed right after."""
         if self.handle is not None:
@@ -105,7 +107,7 @@ class LiveOutput:
             self.handle = None
 
 
-class TextView:
+class TextView(View):
     """Outside a notebook front end (terminal IPython, the CLI): the dashboard's facts as compact
     lines, every `every` seconds while ranks train; a rank that dies, at once."""
 
@@ -118,14 +120,14 @@ class TextView:
     def _print(self, line):
         print(line, file=self.stream or sys.stdout, flush=True)
 
-    def begin(self, lab):
+    def begin(self, live):
         self.last = time.monotonic()
         self.told = {}
 
-    def update(self, lab):
+    def update(self, live):
         from .. import state as st
 
-        rs = lab.run_state
+        rs = live.run_state
         if rs.cell_ended is not None:
             return  # between cells (e.g. a restart): the cell's own report said it all
         for r in rs.running:  # a rank that dies mid-cell is news at once; errors come in the report
@@ -135,23 +137,23 @@ class TextView:
         now = time.monotonic()
         if now - self.last >= self.every and any(rs.ranks[r].points for r in rs.running):
             self.last = now
-            self._lines(lab, now)
+            self._lines(live, now)
 
-    def _lines(self, lab, now):
-        rs = lab.run_state
+    def _lines(self, live, now):
+        rs = live.run_state
         for r in rs.running:
             s = rs.ranks[r]
             if s.points:
                 loss = "" if s.loss is None else f" loss {s.loss:.4f}"
                 rate = "" if s.rate is None else f" samples/s {s.rate:.0f}"
                 self._print(f"[rank {r}] {rs.states[r]} step {s.step}{loss}{rate}")
-        total = [x for x in lab.metrics.current if x is not None]
+        total = [x for x in live.metrics.current if x is not None]
         if len(total) > 1:
             self._print(f"[all]    {rs.elapsed(now):.1f} s, {sum(total):.0f} samples/s in total")
 
-    def end(self, lab):
-        if any(lab.run_state.ranks[r].points for r in lab.run_state.running):
-            self._lines(lab, time.monotonic())
+    def end(self, live):
+        if any(live.run_state.ranks[r].points for r in live.run_state.running):
+            self._lines(live, time.monotonic())
 
 
 class Progress:

@@ -1,8 +1,8 @@
 """The live dashboard (ipywidgets): state diagram, per-rank table, loss and throughput plots,
 each rank's output in its own tab.
 
-It is a view of a Lab: the monitor calls update(lab) at most 5 times a second while a cell
-runs, and the dashboard only sends what changed. Shown at %ddp_start and by %ddp_status;
+It is a View (view.py): the Lab calls update(live) at most 4 times a second while a cell runs,
+and the dashboard only sends what changed. Shown at %ddp_start and by %ddp_status;
 a training cell also shows it live in its own output, and leaves a static picture there
 when it ends (so a saved notebook shows what happened).
 """
@@ -11,9 +11,10 @@ import time
 from html import escape
 
 from .. import state as st
+from ..config import tunables
 from . import html
-from ..monitor import FRAME
 from .plots import LivePlot
+from .view import View
 
 OUTPUT_TAIL = 200  # lines of each rank's output kept in its tab
 MAX_LINES = 16  # ranks drawn in the plots; above that, this many spread evenly (0 and the last included)
@@ -26,8 +27,11 @@ def plotted_ranks(world_size):
     return sorted({round(i * (world_size - 1) / (MAX_LINES - 1)) for i in range(MAX_LINES)})
 
 
-class Dashboard:
+class Dashboard(View):
+    """The live dashboard; `display(dashboard)` (or leaving it last in a cell) shows it."""
+
     threadsafe = True  # widget updates may come from the Lab's watcher thread (a rank died while idle)
+    shows_progress = True  # the ranks go through starting -> init -> ready in the diagram
 
     def __init__(self, world_size, lang="en", title=""):
         import ipywidgets as W
@@ -67,12 +71,17 @@ class Dashboard:
         self._pending, self._drawn_at = None, 0.0  # the after-cell frame still to come; last drawn
 
     # ------------------------------------------------------------------ the view protocol
-    def show(self):
+    def _ipython_display_(self):
         from IPython.display import display
 
         display(self.box)
 
-    def begin(self, lab):
+    def show(self):
+        from IPython.display import display
+
+        display(self)
+
+    def begin(self, live):
         """A cell starts: fresh plots; the cell shows the dashboard once its ranks train.
         (No drawing here: the first frame comes a quarter second into the cell, so a quick
         cell costs the dashboard nothing until it ends.)"""
@@ -81,19 +90,19 @@ class Dashboard:
             self.rate_plot.reset()
             self.in_cell = False
 
-    def update(self, lab):
+    def update(self, live):
         with self._lock:
-            self._draw(lab)
+            self._draw(live)
             self._drawn_at = time.monotonic()
 
-    def _deferred_frame(self, lab):
+    def _deferred_frame(self, live):
         with self._lock:
             self._pending = None
-            self.update(lab)
+            self.update(live)
 
-    def _draw(self, lab):
+    def _draw(self, live):
         now = time.monotonic()
-        rs, metrics = lab.run_state, lab.metrics
+        rs, metrics = live.run_state, live.metrics
         self._last_state = rs
         training = any(rs.states[r] == st.TRAINING for r in range(rs.world_size))
         if training and not self.in_cell and rs.cell_ended is None:
@@ -114,7 +123,7 @@ class Dashboard:
                     self.tabs.set_title(r, title)
         self.frames += 1
 
-    def end(self, lab):
+    def end(self, live):
         """The cell ended: last frame; in the cell, the live view becomes a static picture.
         A cell that did not train draws its last frame in the background, 50 ms later, so
         the cell itself returns at once (widget updates may come from any thread)."""
@@ -124,15 +133,15 @@ class Dashboard:
             # (a loop of %%ddp calls) redraw 4 times a second, not once per cell.
             with self._lock:
                 if self._pending is None:
-                    delay = max(0.05, self._drawn_at + FRAME - time.monotonic())
-                    self._pending = threading.Timer(delay, self._deferred_frame, args=(lab,))
+                    delay = max(0.05, self._drawn_at + tunables().frame - time.monotonic())
+                    self._pending = threading.Timer(delay, self._deferred_frame, args=(live,))
                     self._pending.daemon = True
                     self._pending.start()
             return
         from IPython.display import HTML, clear_output, display
 
         with self._lock:
-            self._draw(lab)
+            self._draw(live)
             clear_output()  # a %%ddp cell prints nothing before its dashboard
             display(HTML(self.snapshot_html()))
             self.in_cell = False

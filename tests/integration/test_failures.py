@@ -166,15 +166,15 @@ def test_the_pool_listens_on_loopback_only_and_keeps_its_keys_private(pool):
 
     pool.run("t = torch.ones(1)\ndist.all_reduce(t)")
     listening = []
-    for pid in pool.pids() + [os.getpid(), pool._reaper.pid]:
+    for pid in pool.pids() + [os.getpid(), pool.pool.reaper_pid]:
         for c in psutil.Process(pid).net_connections(kind="inet"):
             if c.status == psutil.CONN_LISTEN:
                 listening.append((pid, c.laddr.ip))
     assert len(listening) >= 4 + 2 * 4  # controller and schedulers, gloo in every rank, telemetry
     assert {ip for _, ip in listening} <= {"127.0.0.1", "::1"}, listening
-    security = os.path.join(pool._workdir, "security")
+    security = os.path.join(pool.pool.workdir, "security")
     keys = [f for f in os.listdir(security) if f.startswith("ipcontroller-")]
     assert len(keys) == 2
     for name in keys:
         assert os.stat(os.path.join(security, name)).st_mode & 0o777 == 0o600
-    assert os.stat(pool._workdir).st_mode & 0o777 == 0o700
+    assert os.stat(pool.pool.workdir).st_mode & 0o777 == 0o700

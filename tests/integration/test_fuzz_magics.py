@@ -57,7 +57,7 @@ def clear_or_works(ip, capsys, call, *args):
 @pytest.fixture
 def fuzz_pool(ip, pool, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)  # %ddp_history --csv writes where it is told
-    pids = set(pool.pids()) | {pool._reaper.pid}
+    pids = set(pool.pids()) | {pool.pool.reaper_pid}
     before = descendants() - pids
     yield pool
     if pool.find_lost():
@@ -65,7 +65,7 @@ def fuzz_pool(ip, pool, tmp_path, monkeypatch):
     for r in list(pool.faults):
         pool.fault("clear", r)
     assert pool.running
-    assert descendants() - set(pool.pids()) - {pool._reaper.pid} <= before  # nothing left behind
+    assert descendants() - set(pool.pids()) - {pool.pool.reaper_pid} <= before  # nothing left behind
 
 
 @settings(max_examples=250, deadline=None, suppress_health_check=list(HealthCheck))

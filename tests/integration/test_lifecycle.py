@@ -82,8 +82,8 @@ def test_stop_ends_every_process_including_helpers():
     lab.run("from torch.utils.data import DataLoader\n"
             "it = iter(DataLoader(range(64), num_workers=2, persistent_workers=True)); next(it)")
     pids = lab.pids()
-    assert len(pids) >= 1 + 2 + 2 + 4  # controller, engines, nannies, workers
-    workdir = lab._workdir
+    assert len(pids) >= 1 + 1 + 2 + 4  # controller (and its schedulers), zygote, 2 engines, 4 workers
+    workdir = lab.pool.workdir
     tic = time.perf_counter()
     lab.stop()
     seconds = time.perf_counter() - tic
@@ -195,7 +195,7 @@ def test_when_the_kernel_dies_the_pool_ends_by_itself(tmp_path):
         lab = ddplab.Lab(2).start()
         lab.run("from torch.utils.data import DataLoader\\n"
                 "it = iter(DataLoader(range(8), num_workers=1, persistent_workers=True)); next(it)")
-        print(json.dumps({"pids": lab.pids(), "reaper": lab._reaper.pid, "dir": lab._workdir}), flush=True)
+        print(json.dumps({"pids": lab.pids(), "reaper": lab.pool.reaper_pid, "dir": lab.pool.workdir}), flush=True)
         time.sleep(600)
     """)], stdout=subprocess.PIPE, text=True, cwd=root, env=dict(os.environ, PYTHONPATH=root))
     try:
@@ -205,7 +205,7 @@ def test_when_the_kernel_dies_the_pool_ends_by_itself(tmp_path):
         child.wait(10)
     tic = time.monotonic()
     everything = info["pids"] + [info["reaper"]]
-    assert len(info["pids"]) >= 1 + 2 + 2 + 2  # controller, engines, nannies, DataLoader workers
+    assert len(info["pids"]) >= 1 + 1 + 2 + 2  # controller (and its schedulers), zygote, 2 engines, 2 workers
     while alive(everything) and time.monotonic() - tic < 15:
         time.sleep(0.1)
     assert alive(everything) == []

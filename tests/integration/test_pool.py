@@ -157,7 +157,7 @@ def test_unknown_cell_flags_are_usage_errors(ip, pool):
 
 
 def test_connection_files_are_private(pool):
-    mode = os.stat(pool._workdir).st_mode & 0o777
+    mode = os.stat(pool.pool.workdir).st_mode & 0o777
     assert mode == 0o700
 
 

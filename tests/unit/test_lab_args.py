@@ -128,5 +128,9 @@ def test_cores_follow_a_container_quota(tmp_path, monkeypatch):
     (v1 / "cpu" / "cpu.cfs_period_us").write_text("100000\n")
     assert cgroup_cpu_quota(str(v1)) == 1
     assert cgroup_cpu_quota(str(tmp_path / "none")) is None
+    from ddplab.config import DDPLab, tunables
+
     monkeypatch.setenv("DDPLAB_CORES", "3")
+    assert DDPLab().cores == 3  # the environment variable is the default of DDPLab.cores
+    monkeypatch.setattr(tunables(), "cores", 3)
     assert cores() == 3

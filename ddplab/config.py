@@ -1,0 +1,137 @@
+"""The pool's settings, validated once, and ddplab's tunables.
+
+`PoolConfig` is what one pool is (ranks, timeouts, threads, rendezvous, lang, ...): the magics,
+the CLI, `Lab(...)` and `%ddp_restart` all build or reuse one, and `PoolConfig.make` is the only
+place that checks them.
+
+`DDPLab` holds the tunables (intervals, debug, cores, and the defaults of the pool settings) as
+traitlets, the IPython way, so they can be set like any IPython option:
+
+    %config DDPLab                      # list them with their help
+    %config DDPLab.frame = 0.5          # redraw twice a second
+    c.DDPLab.lang = "zh"                # in ipython_config.py: every pool labelled in Chinese
+
+Pure: no torch, IPython or widget imports.
+"""
+import os
+from dataclasses import dataclass
+
+from traitlets import Bool, Float, Int, Unicode, default
+from traitlets.config import SingletonConfigurable
+
+from .errors import BadRequest
+
+LAUNCHERS = ("local", "local-spawn")  # local pools; any other name is an ipyparallel engine launcher
+
+
+class DDPLab(SingletonConfigurable):
+    """ddplab's tunables. Read anywhere with `tunables()`; set with %config DDPLab.NAME = value."""
+
+    # --- defaults of the pool settings (each %ddp_start option overrides its own)
+    ranks = Int(0, help="Ranks of a new pool when %ddp_start gives none (0: from the cores, 2 to 4).").tag(config=True)
+    timeout = Float(30.0, help="Seconds a collective (all_reduce, ...) may wait for the other ranks before "
+                               "gloo fails it; %ddp_start --timeout.").tag(config=True)
+    lang = Unicode("en", help="Dashboard and picture labels: en or zh; %ddp_start --lang.").tag(config=True)
+    dashboard = Bool(True, help="Show the live dashboard in notebooks; %ddp_start --no-dashboard.").tag(config=True)
+    start_timeout = Float(120.0, help="Seconds a pool may take to start before ddplab gives up.").tag(config=True)
+
+    # --- how often things happen
+    poll = Float(0.05, help="Seconds between looks at results and telemetry while a cell runs.").tag(config=True)
+    frame = Float(0.25, help="Seconds between redraws of the live view while a cell runs (4 a second).").tag(config=True)
+    flush = Float(0.25, help="Seconds between telemetry batches a rank sends (ddplab.log points).").tag(config=True)
+    fail_fast = Float(0.3, help="Seconds a failed or dead rank may go unanswered before the group is closed "
+                                "under the ranks still waiting for it.").tag(config=True)
+    escalate = Float(1.5, help="Seconds after SIGINT before a rank that still runs (stuck in a C++ collective) "
+                               "is killed and restarted.").tag(config=True)
+    look_every = Float(0.25, help="Seconds between looks for dead engines while a cell runs.").tag(config=True)
+    watch_every = Float(1.0, help="Seconds between looks for dead engines while no cell runs.").tag(config=True)
+    heartbeat_ms = Int(200, help="The controller's heartbeat (ms): engines register on a beat "
+                                 "(ipyparallel's default, 3000, makes a start wait).").tag(config=True)
+
+    # --- the machine and diagnostics
+    cores = Int(help="CPUs the pool may use (0: the affinity mask, capped by a container's CPU quota). "
+                     "Default: $DDPLAB_CORES, else 0.").tag(config=True)
+    debug = Bool(help="Send ipyparallel's own log (engine start-up output, ...) to the 'ddplab.ipyparallel' "
+                      "logger at DEBUG level. Default: $DDPLAB_DEBUG.").tag(config=True)
+
+    @default("cores")
+    def _cores_from_env(self):
+        value = os.environ.get("DDPLAB_CORES", "")
+        return int(value) if value.isdigit() else 0
+
+    @default("debug")
+    def _debug_from_env(self):
+        return os.environ.get("DDPLAB_DEBUG", "") not in ("", "0")
+
+
+def tunables():
+    """The one DDPLab instance (made on first use; %load_ext ddplab gives it the shell's config)."""
+    return DDPLab.instance()
+
+
+def _whole(value, what, low):
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise BadRequest(f"{what} must be a whole number, got {value!r}")
+    if value < low:
+        raise BadRequest(f"{what} must be at least {low}, got {value}")
+    return value
+
+
+def _seconds(value, what, limit=86400):
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < limit:
+        raise BadRequest(f"{what} must be a positive number of seconds (under a day), got {value!r}")
+    return float(value)
+
+
+@dataclass(frozen=True)
+class PoolConfig:
+    """What one pool is. Build it with PoolConfig.make(...), which checks every value.
+
+    ranks: how many; timeout: seconds a collective may wait (gloo); threads: torch threads per rank;
+    rendezvous: "file" (a FileStore in the pool's private folder: no port) or "tcp://HOST:PORT";
+    launcher: "local" (engines forked from a zygote), "local-spawn" (ipyparallel's own local
+    launcher) or an ipyparallel engine launcher ("mpi", "ssh", "slurm", ...);
+    lang, dashboard: how the notebook shows it; start_timeout: seconds a start may take.
+    """
+
+    ranks: int
+    timeout: float
+    threads: int
+    rendezvous: str = "file"
+    launcher: str = "local"
+    lang: str = "en"
+    dashboard: bool = True
+    start_timeout: float = 120.0
+
+    @property
+    def local(self):
+        return self.launcher in LAUNCHERS
+
+    @classmethod
+    def make(cls, ranks=None, timeout=None, threads=None, *, rendezvous="file", launcher="local", lang=None,
+             dashboard=None, start_timeout=None):
+        """Check every setting once; None takes the DDPLab default. Raises BadRequest (one line)."""
+        from .system import cores, default_ranks, free_gib, max_local_ranks
+
+        t = tunables()
+        ranks = _whole(ranks, "the number of ranks", 1) or t.ranks or default_ranks()
+        if launcher in LAUNCHERS and ranks > max_local_ranks():
+            raise BadRequest(f"{ranks} ranks is more than this machine can hold ({cores()} cores, "
+                             f"{free_gib():.1f} GiB free; at most {max_local_ranks()}): ask for fewer ranks")
+        timeout = _seconds(t.timeout if timeout is None else timeout, "timeout")
+        threads = _whole(threads, "threads per rank", 1) or max(1, cores() // ranks)
+        if rendezvous != "file" and not str(rendezvous).startswith("tcp://"):
+            raise BadRequest(f"rendezvous must be 'file' or 'tcp://HOST:PORT', got {rendezvous!r}")
+        if not isinstance(launcher, str) or not launcher:
+            raise BadRequest(f"launcher must be a name such as 'local' or 'mpi', got {launcher!r}")
+        lang = t.lang if lang is None else lang
+        if lang not in ("en", "zh"):
+            raise BadRequest(f"lang must be 'en' or 'zh', got {lang!r}")
+        start_timeout = _seconds(t.start_timeout if start_timeout is None else start_timeout, "start_timeout")
+        dashboard = t.dashboard if dashboard is None else bool(dashboard)
+        return cls(ranks, timeout, threads, rendezvous, launcher, lang, dashboard, start_timeout)
+
+
+__all__ = ["DDPLab", "PoolConfig", "tunables"]

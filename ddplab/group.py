@@ -1,0 +1,68 @@
+"""The gloo process group over a pool's engines: rendezvous, form (and re-form), close.
+
+Locally the rendezvous is a FileStore in the pool's private folder: it opens no network port
+(torch's TCPStore listens on every interface whatever host it is given). "tcp://HOST:PORT" makes
+rank 0 host a TCPStore there instead (PORT 0: a free port), for engines on other hosts.
+"""
+import os
+import socket
+import time
+
+from .config import tunables
+from .errors import StartFailed
+
+
+class Group:
+    """One gloo group over `pool`'s engines, formed again (a new generation) whenever needed."""
+
+    def __init__(self, pool, config, telemetry_address=None):
+        self.pool, self.config, self.telemetry_address = pool, config, telemetry_address
+        self.generation = 0
+        self.info = []  # per rank, what it reported on joining: rank, engine, pid, host, threads, ports
+
+    def rendezvous(self):
+        if self.config.rendezvous == "file":
+            return "file://" + os.path.join(self.pool.workdir, f"rendezvous-{self.generation}")
+        host, _, port = self.config.rendezvous[len("tcp://"):].rpartition(":")
+        host = host or "127.0.0.1"
+        if port in ("", "0"):
+            with socket.socket() as s:
+                s.bind((host, 0))
+                port = s.getsockname()[1]
+        return f"tcp://{host}:{port}"
+
+    def form(self, deadline, say=None):
+        """(Re-)form the group on every rank. Returns (seconds, objects tied to the old group:
+        [(name, kind)]) and keeps what each rank reported in self.info."""
+        from .rank import form_group
+
+        tic = time.perf_counter()
+        n, eids, client = self.config.ranks, self.pool.engine_ids, self.pool.client
+        self.generation += 1
+        where = self.rendezvous()
+        if say:
+            say(f"starting {n} ranks: importing torch, forming the gloo group")
+        ars = [client[eid].apply_async(form_group, r, n, where, self.config.timeout, self.config.threads,
+                                       self.telemetry_address, tunables().flush)
+               for r, eid in enumerate(eids)]
+        for ar in ars:
+            if not ar.wait(max(0.0, deadline - time.perf_counter())):
+                raise StartFailed(f"the gloo group did not form in {self.config.start_timeout:.0f} s: try again")
+        for r, ar in enumerate(ars):
+            try:
+                ar.get()
+            except Exception as exc:  # noqa: BLE001 - reported with its text
+                raise StartFailed(f"rank {r} could not join the gloo group: {exc}") from exc
+        self.info = [dict(ar.get(), engine=eid) for eid, ar in zip(eids, ars)]
+        stale = sorted({tuple(s) for i in self.info for s in i.pop("stale", [])})
+        return time.perf_counter() - tic, stale
+
+    def close(self, ranks):
+        """Close the group on `ranks` (idle ones), so peers blocked on them fail at once."""
+        from .rank import _close_group
+
+        ports = sorted({p for i in self.info for p in i.get("ports", ())})
+        try:
+            self.pool.client[[self.pool.engine_ids[r] for r in ranks]].apply_async(_close_group, ports).get(timeout=5)
+        except Exception:  # noqa: BLE001 - a rank that cannot close its group is dealt with by kill
+            pass

@@ -1,0 +1,325 @@
+"""The process layer: engines that run the ranks, behind one interface (`Pool`).
+
+A pool knows engines and processes, never cells or process groups: it starts engines (in rank
+order), tells which ranks are lost and why, kills or interrupts ranks, lists its processes and
+stops. It is the only owner of lost-rank bookkeeping. `LocalPool` starts the engines itself
+(forked from a zygote on this machine, or through any ipyparallel launcher); a pool attached to
+engines someone else started is another class with the same interface, and nothing above
+this module changes for it.
+"""
+import logging
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+
+import psutil
+
+from .config import tunables
+from .errors import StartFailed
+from .system import exit_reason, is_gone, kill, loopback_interface, wait_gone
+
+log = logging.getLogger("ddplab.ipyparallel")  # what ipyparallel logs about the pool (DDPLab.debug)
+
+
+@dataclass(frozen=True)
+class Lost:
+    """A rank whose engine is gone."""
+
+    rank: int
+    host: str
+    why: str  # "its engine exited with code 3", "its engine was killed (SIGKILL)", ...
+
+
+def plural(n, word):
+    return f"{word}{'s' if n != 1 else ''}"
+
+
+class Pool:
+    """Engines that run the ranks, in rank order. The interface every kind of pool has:
+
+    start(n, deadline, say) -> engine ids     replace(ranks, deadline, say)
+    engine_ids (rank -> engine id)            track(info): what each rank said about itself
+    lost(ranks) -> {rank: Lost}               kill(ranks, why)      interrupt(ranks)
+    pids() -> every process of the pool       stop()
+    plus client (ipyparallel's Client), workdir (the pool's private 0700 folder) and local
+    (every engine on this machine: gloo and telemetry stay on loopback).
+    """
+
+    client = None
+    workdir = None
+    local = True
+
+    def __init__(self):
+        self.engine_ids = []
+        self.hosts = {}  # rank -> host, from track()
+        self._lost = {}  # rank -> Lost: the one record of lost ranks
+
+    def lost(self, ranks=None):
+        """rank -> Lost for every rank (of `ranks`) whose engine is gone; cheap enough per poll."""
+        for r in range(len(self.engine_ids)) if ranks is None else ranks:
+            if r not in self._lost:
+                why = self._gone_why(r)
+                if why is not None:
+                    self.mark_lost(r, why)
+        return {r: lost for r, lost in self._lost.items() if ranks is None or r in ranks}
+
+    def mark_lost(self, rank, why):
+        self._lost[rank] = Lost(rank, self.hosts.get(rank, ""), why)
+
+    def _gone_why(self, rank):
+        """Why this rank's engine is gone, or None while it lives."""
+        if self.client is not None and rank < len(self.engine_ids) and self.engine_ids[rank] not in self.client.ids:
+            return exit_reason(None)  # the controller no longer hears it
+        return None
+
+    def track(self, info):
+        """What each rank reported when it joined the group (pid, host): rank order."""
+        self.hosts = {r: i.get("host", "") for r, i in enumerate(info)}
+
+    def _wait_for_engines(self, known, n, deadline, say, check):
+        """Ids of n engines registered beyond `known`, in registration order. check() raises if
+        an engine died while starting (ipyparallel would wait for it until the deadline)."""
+        client = self.client
+        waiting = client.wait_for_engines(len(known) + n, timeout=-1, block=False, interactive=False)
+        seen = -1
+        while True:
+            new = [e for e in client.ids if e not in known]
+            if len(new) >= n:
+                waiting.cancel()
+                return sorted(new)[:n]
+            if len(new) != seen:
+                seen = len(new)
+                say(f"starting {n} {plural(n, 'engine')}: {len(new)}/{n} up")
+            check()
+            if time.perf_counter() > deadline:
+                waiting.cancel()
+                raise StartFailed(f"{n - len(new)} of {n} engines not ready in time; ready: {len(new)}: "
+                                  "try again, or fewer ranks")
+            if waiting.done():  # reached, or failed because an engine left (one being replaced): count ids
+                time.sleep(0.02)
+                continue
+            try:
+                waiting.result(timeout=0.02)  # wakes on each registration
+            except Exception:  # noqa: BLE001 - a timeout, or the failure above (seen next time round)
+                pass
+
+
+class LocalPool(Pool):
+    """Engines this notebook starts through ipyparallel: a Cluster with its controller on loopback
+    (any interface for non-local launchers) and engines forked from a zygote that imported torch
+    once ("local"), ipyparallel's own local launcher ("local-spawn"), or any other ipyparallel
+    engine launcher ("mpi", "ssh", "slurm", ...). A reaper process ends it if the kernel dies.
+    Its private folder (0700) holds the connection files, pid list and rendezvous files."""
+
+    def __init__(self, launcher="local", threads=1):
+        super().__init__()
+        self.launcher = launcher
+        self.local = launcher in ("local", "local-spawn")
+        self.threads = threads
+        self.cluster = self._zygote = self._reaper = None
+        self._procs = {}  # rank -> the launcher of its engine (local engines: signalled by pid)
+
+    # ------------------------------------------------------------------ start
+    def environment(self):
+        env = {
+            # set before torch is imported, so each rank uses its share of the cores
+            "OMP_NUM_THREADS": str(self.threads),
+            "MKL_NUM_THREADS": str(self.threads),
+            "DDPLAB_PARENT_PID": str(os.getpid()),
+        }
+        if self.local:
+            env["GLOO_SOCKET_IFNAME"] = loopback_interface()  # gloo listens on loopback only
+        return env
+
+    def start(self, n, deadline, say):
+        import ipyparallel as ipp
+        from traitlets.config import Config
+
+        from .launcher import ForkedEngineSetLauncher, Zygote
+
+        self.workdir = tempfile.mkdtemp(prefix="ddplab-")  # mode 0700
+        self._reaper = subprocess.Popen([sys.executable, "-m", "ddplab.reaper", str(os.getpid()), self.workdir],
+                                        stdin=subprocess.DEVNULL, start_new_session=True)
+        if self.launcher == "local":
+            self._zygote = Zygote(self.workdir, self.environment())  # imports while the controller starts
+        log.setLevel(logging.DEBUG if tunables().debug else logging.CRITICAL)
+        engines = {"local": ForkedEngineSetLauncher, "local-spawn": "local"}.get(self.launcher, self.launcher)
+        self.cluster = ipp.Cluster(
+            profile_dir=self.workdir, cluster_id="ddplab", config=Config(), load_profile=False,
+            log=log, shutdown_atexit=False, engines=engines,
+            controller_ip="127.0.0.1" if self.local else "",
+            controller_args=[f"--HeartMonitor.period={tunables().heartbeat_ms}"])
+        say(f"starting {n} ranks: controller ...")
+        self.cluster.start_controller_sync()
+        self.client = self.cluster.connect_client_sync()
+        self.engine_ids = self._add_engines(n, deadline, say)
+        return self.engine_ids
+
+    def _add_engines(self, n, deadline, say):
+        known = set(self.client.ids)
+        before = set(map(id, self._launchers()))
+        self.cluster.start_engines_sync(n, environment=self.environment())
+        started = [l for l in self._launchers() if id(l) not in before]
+
+        def check():
+            for launcher in started:
+                if launcher.process is not None and is_gone(launcher.process):
+                    out = launcher.get_output().strip().splitlines()[-3:]
+                    raise StartFailed("an engine exited during start-up: " + " | ".join(out))
+
+        return self._wait_for_engines(known, n, deadline, say, check)
+
+    def replace(self, ranks, deadline, say):
+        """Fresh engines for `ranks` (their old ones killed): new engine ids in their places."""
+        self.kill(ranks)
+        new = self._add_engines(len(ranks), deadline, say)
+        for r, eid in zip(sorted(ranks), new):
+            self.engine_ids[r] = eid
+            self._lost.pop(r, None)
+
+    def track(self, info):
+        super().track(info)
+        launchers = {l.process.pid: l for l in self._launchers() if l.process is not None}
+        self._procs = {r: launchers[i["pid"]] for r, i in enumerate(info) if i.get("pid") in launchers}
+        self._write_pids()
+
+    def _launchers(self):
+        for es in self.cluster.engines.values() if self.cluster else ():
+            yield from es.launchers.values()
+
+    # ------------------------------------------------------------------ processes
+    def processes(self, engines=True):
+        """Controller, engines and every process they started (DataLoader workers, ...)."""
+        procs = []
+        launchers = [self.cluster.controller] if self.cluster and self.cluster.controller else []
+        if engines:
+            launchers.extend(self._launchers())
+            if self._zygote is not None and self._zygote.proc.poll() is None:
+                procs.append(psutil.Process(self._zygote.proc.pid))
+        for launcher in launchers:
+            proc = getattr(launcher, "process", None)
+            if proc is None or is_gone(proc):
+                continue
+            try:
+                procs.append(proc)
+                procs.extend(proc.children(recursive=True))
+            except psutil.Error:
+                pass
+        return procs
+
+    def pids(self):
+        return [p.pid for p in self.processes()]
+
+    @property
+    def reaper_pid(self):
+        return self._reaper.pid if self._reaper is not None else None
+
+    def _write_pids(self):
+        """Tell the reaper what to end if this process dies."""
+        if self.workdir:
+            path = os.path.join(self.workdir, "pool.pids")
+            with open(path + ".new", "w") as f:
+                f.write("\n".join(map(str, self.pids())))
+            os.replace(path + ".new", path)
+
+    def _gone_why(self, rank):
+        launcher = self._procs.get(rank)
+        if launcher is None:
+            return super()._gone_why(rank)
+        if self._gone(launcher.process):  # a local engine: its process tells, with its exit code
+            return exit_reason(self._exit_code(launcher.process))
+        return None
+
+    def _gone(self, proc):
+        """Cheap (this runs on every poll): a signal-0 probe; the zygote reaps its engines at
+        once, so a dead forked engine has no pid left. Otherwise psutil, which tells zombies."""
+        try:
+            os.kill(proc.pid, 0)
+        except ProcessLookupError:
+            return True
+        except PermissionError:
+            pass
+        return False if self._zygote is not None else is_gone(proc)
+
+    def _exit_code(self, proc, wait=0.5):
+        """The exit code of a dead local engine. Its parent reaps it: the zygote (which writes
+        it down) or ipyparallel's launcher thread (psutil keeps it on that Process object;
+        waiting here too would race that thread)."""
+        deadline = time.monotonic() + wait
+        while True:
+            if self._zygote is not None:
+                code = self._zygote.exit_code(proc.pid)
+            else:
+                code = getattr(proc, "_exitcode", None)
+            if isinstance(code, int) or time.monotonic() > deadline:
+                return code if isinstance(code, int) else None
+            time.sleep(0.02)
+
+    def kill(self, ranks, why=None):
+        """SIGKILL the engines of `ranks` and what they started; `why` marks them lost."""
+        procs = []
+        for r in ranks:
+            launcher = self._procs.get(r)
+            if launcher is not None and not is_gone(launcher.process):
+                try:
+                    procs.extend([*launcher.process.children(recursive=True), launcher.process])
+                except psutil.Error:
+                    pass
+        kill(procs)
+        wait_gone(procs, timeout=3.0)
+        remote = [self.engine_ids[r] for r in ranks if r not in self._procs and r < len(self.engine_ids)]
+        if remote and self.client is not None:
+            self.client.shutdown(targets=remote, block=False)
+        if why:
+            for r in ranks:
+                self.mark_lost(r, why)
+
+    def interrupt(self, ranks):
+        """SIGINT, like Ctrl-C in each rank: straight to the pid of a local engine, through
+        ipyparallel (its nanny on the engine's host) for the others."""
+        live = [r for r in ranks if r not in self.lost(ranks)]
+        kill([self._procs[r].process for r in live if r in self._procs], signal.SIGINT)
+        remote = [self.engine_ids[r] for r in live if r not in self._procs]
+        if remote:
+            self.client.send_signal(signal.SIGINT, targets=remote, block=True)
+
+    def stop(self):
+        """End engines, controller and every helper process; remove the private folder."""
+        # the zygote goes last: it reaps the engines it forked (else they linger as zombies)
+        zygote = self._zygote.proc.pid if self._zygote is not None else None
+        procs = [p for p in self.processes() if p.pid != zygote]
+        controller = self.processes(engines=False)
+        if self.client is not None:
+            try:
+                self.client.close(linger=0)
+            except Exception:  # noqa: BLE001 - closing a broken client must not stop the stop
+                pass
+        self.client = None
+        # Engines take over a second to exit on SIGTERM with torch loaded: the pool is
+        # disposable, so SIGKILL all but the controller (which cleans up its own schedulers).
+        for p in procs:
+            kill([p], signal.SIGTERM if p in controller else signal.SIGKILL)
+        kill(wait_gone(procs, timeout=2.0))
+        wait_gone(procs, timeout=2.0)
+        if self.cluster is not None:
+            try:
+                self.cluster.stop_cluster_sync()  # lets ipyparallel clean its own state and files
+            except Exception:  # noqa: BLE001
+                pass
+        self.cluster = None
+        if self._zygote is not None:
+            self._zygote.stop()
+            self._zygote = None
+        if self._reaper is not None:
+            self._reaper.kill()
+            self._reaper.wait(5)
+            self._reaper = None
+        if self.workdir:
+            shutil.rmtree(self.workdir, ignore_errors=True)
+            self.workdir = None
+        self._procs = {}
