@@ -99,7 +99,7 @@ def diagram_svg(run_state, lang="en", previous=None):
     tokens that changed node slide over from where they were."""
     lab = labels(lang)
     pos, by_node = token_positions(run_state)
-    out = ['<svg class="ddplab-diagram" xmlns="http://www.w3.org/2000/svg" width="550" height="169" '
+    out = ['<svg class="ddplab-diagram" xmlns="http://www.w3.org/2000/svg" width="480" height="147" '
            'viewBox="0 0 620 190" font-family="sans-serif" font-size="13">',
            '<defs><marker id="ddplab-arrow" viewBox="0 0 10 10" refX="9" refY="5" markerWidth="7" '
            'markerHeight="7" orient="auto-start-reverse"><path d="M0,0 L10,5 L0,10 z" fill="#666"/></marker></defs>']

@@ -60,8 +60,12 @@ class Dashboard(View):
             self.pick = W.Dropdown(options=[(f"rank {r}", r) for r in range(world_size)], value=0,
                                    description="output of", layout=W.Layout(width="220px"))
             outputs = W.VBox([self.pick, self.panes[0]])
-        plots = W.HBox([W.VBox([self.loss_title, self.loss_view]), W.VBox([self.rate_title, self.rate_view])])
-        self.box = W.VBox([W.HTML(html.STYLE), self.header, W.HBox([self.diagram, self.table]), plots,
+        # rows wrap: in a narrow notebook (JupyterLab at 1280 px with its side bar open) the table and
+        # the second plot go below instead of being clipped
+        wrap = W.Layout(flex_flow="row wrap", align_items="flex-start")
+        plots = W.HBox([W.VBox([self.loss_title, self.loss_view]), W.VBox([self.rate_title, self.rate_view])],
+                       layout=wrap)
+        self.box = W.VBox([W.HTML(html.STYLE), self.header, W.HBox([self.diagram, self.table], layout=wrap), plots,
                            outputs])
         self.box.add_class("ddplab-dashboard")
         self.positions = None
@@ -191,6 +195,6 @@ class Dashboard(View):
 
         diagram, _ = html.diagram_svg(self._last_state, self.lang)  # without the sliding animation
         return (f'<div class="ddplab-dashboard ddplab-snapshot">{html.STYLE}<div>{self.header.value}</div>'
-                f'<div style="display:flex;gap:12px;align-items:flex-start">{diagram}{self.table.value}</div>'
+                f'<div style="display:flex;flex-wrap:wrap;gap:12px;align-items:flex-start">{diagram}{self.table.value}</div>'
                 f'<div>{img(self.loss_plot, self.loss_lines, self.loss_title)}'
                 f'{img(self.rate_plot, self.rate_lines, self.rate_title)}</div></div>')

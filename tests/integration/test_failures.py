@@ -40,7 +40,6 @@ def test_one_rank_raises_while_the_others_wait_in_all_reduce(ip, whole, capsys):
                    "model = DDP(nn.Linear(4, 2))\nkept = rank * 10").success
     tic = time.monotonic()
     res = ddp(ip, "for s in range(1, 4):\n    ddplab.log(loss=1.0 / s)\n"
-                  "import time; time.sleep(0.3)\n"  # let the last point reach the notebook
                   "if rank == 1:\n    raise ValueError('boom on one')\n"
                   "t = torch.ones(1)\ndist.all_reduce(t)")
     seconds = time.monotonic() - tic
@@ -63,7 +62,7 @@ def test_one_rank_raises_while_the_others_wait_in_all_reduce(ip, whole, capsys):
 def test_an_engine_that_dies_is_named_lost_and_restart_brings_it_back(ip, whole):
     assert ddp(ip, "kept = rank").success
     tic = time.monotonic()
-    res = ddp(ip, "import os, time\nif rank == 2:\n    time.sleep(0.3)\n    os._exit(3)\n"
+    res = ddp(ip, "import os\ndist.barrier()\nif rank == 2:\n    os._exit(3)\n"
                   "t = torch.ones(1)\ndist.all_reduce(t)")
     assert time.monotonic() - tic < 20
     report = "\n".join(res.error_in_exec.report(color=False))

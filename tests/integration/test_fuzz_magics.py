@@ -1,5 +1,6 @@
 """Every magic, fed arbitrary argument strings, answers a clear usage error or works: it never
 hangs, never leaves a process behind, never shows an internal traceback."""
+import re
 import signal
 
 import pytest
@@ -42,49 +43,82 @@ def bounded(seconds, fn, *args):
         signal.signal(signal.SIGALRM, old)
 
 
+# what an internal error looks like when it leaks out as a message: not an answer a user can act on
+UNCLEAR = re.compile(r"Traceback|object has no attribute|index out of range|NoneType|unsupported operand|"
+                     r"not subscriptable|unexpected keyword|positional argument|object is not|^\s*$")
+
+
+def assert_clear(message):
+    """One line a user can act on: not empty, not an internal error's text."""
+    assert "\n" not in message.strip(), message
+    ours = re.sub(r"failed on rank \d+: .*", "failed on rank N: (the user's expression's own error)", message)
+    assert not UNCLEAR.search(ours), message
+
+
 def clear_or_works(ip, capsys, call, *args):
-    """The call works, or raises a one-line UsageError / ddplab error; no internal traceback."""
+    """The call works, or raises a one-line UsageError / ddplab error that is clear; no traceback."""
     try:
         bounded(60, call, *args)
     except UsageError as exc:
-        assert str(exc).strip() and "\n" not in str(exc).strip()
+        assert_clear(str(exc))
     except DDPLabError as exc:
-        assert len(exc._render_traceback_()) >= 1
+        lines = exc._render_traceback_()
+        assert lines and lines[0].startswith(type(exc).__name__), lines
+        assert_clear(lines[0])
     out = capsys.readouterr()
     assert "Traceback (most recent call last)" not in out.out + out.err
+
+
+def test_the_clearness_check_can_fail():
+    for unclear in ("'NoneType' object has no attribute 'world_size'", "list index out of range", "",
+                    "first line\nsecond line"):
+        with pytest.raises(AssertionError):
+            assert_clear(unclear)
+    assert_clear("--ranks '9': this pool has ranks 0..3")
+    assert_clear("evaluating 'rank.x' failed on rank 0: AttributeError: 'int' object has no attribute 'x'")
 
 
 @pytest.fixture
 def fuzz_pool(ip, pool, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)  # %ddp_history --csv writes where it is told
-    pids = set(pool.pids()) | {pool.pool.reaper_pid}
-    before = descendants() - pids
-    yield pool
+    return pool, helpers(pool)
+
+
+def helpers(pool):
+    """What the pool may have besides its own processes now: checked after every example."""
+    return descendants() - set(pool.pids()) - {pool.pool.reaper_pid}
+
+
+def whole_and_no_leak(pool, before):
+    """After one example: the pool whole again (a valid "%ddp_fault kill N" worked), drills
+    cleared, and no process left behind by the example."""
     if pool.find_lost():
         pool.restart()
     for r in list(pool.faults):
         pool.fault("clear", r)
     assert pool.running
-    assert descendants() - set(pool.pids()) - {pool.pool.reaper_pid} <= before  # nothing left behind
+    assert helpers(pool) <= before
 
 
 @settings(max_examples=250, deadline=None, suppress_health_check=list(HealthCheck))
 @given(magic=st.sampled_from(MAGICS), line=ARGS)
 def test_line_magics_with_arbitrary_arguments(ip, fuzz_pool, capsys, magic, line):
+    pool, before = fuzz_pool
     if magic in ("ddp_stop", "ddp_restart") and line.strip() in ("", "--all"):
         line = line + " extra"  # these would stop or restart the shared pool: valid, tested elsewhere
     clear_or_works(ip, capsys, ip.run_line_magic, magic, line)
-    if fuzz_pool.find_lost():  # a valid "%ddp_fault kill N" worked: bring the pool back
-        fuzz_pool.restart()
+    whole_and_no_leak(pool, before)
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=list(HealthCheck))
 @given(line=ARGS)
 def test_cell_magic_with_arbitrary_arguments(ip, fuzz_pool, capsys, line):
     clear_or_works(ip, capsys, ip.run_cell_magic, "ddp", line, "fuzz_ok = 1")
+    whole_and_no_leak(*fuzz_pool)
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=list(HealthCheck))
 @given(expr=SAFE_EXPR)
 def test_gather_with_arbitrary_expressions(ip, fuzz_pool, capsys, expr):
     clear_or_works(ip, capsys, ip.run_line_magic, "ddp_gather", expr)
+    whole_and_no_leak(*fuzz_pool)

@@ -86,9 +86,9 @@ TOKEN_STATES = """() => {
 LOSS_FRAME = "() => { const s = document.querySelector('.ddplab-loss-plot svg'); return s ? s.dataset.frame : null; }"
 
 
-def run_all(browser, url, token, notebook, height):
+def run_all(browser, url, token, notebook, height, width=1400):
     """Open the notebook in JupyterLab, wait for its kernel, then Run > Run All."""
-    page = browser.new_page(viewport={"width": 1400, "height": height})
+    page = browser.new_page(viewport={"width": width, "height": height})
     page.set_default_timeout(60_000)
     page.goto(f"{url}/lab/tree/{notebook}?reset&token={token}")  # reset: only this notebook open
     page.wait_for_selector(".jp-NotebookPanel .jp-Cell >> visible=true", timeout=90_000)
@@ -154,6 +154,14 @@ def test_dashboard_renders_and_updates_live_in_jupyterlab(jupyterlab, browser):
     page.screenshot(path=str(ARTIFACTS / "jupyterlab.png"))
 
 
+FITS = """() => Array.from(document.querySelectorAll('.ddplab-dashboard .ddplab-table')).map(t => {
+  const area = t.closest('.jp-OutputArea-output').getBoundingClientRect();
+  const box = t.getBoundingClientRect();
+  const cut = Array.from(t.querySelectorAll('th, td')).some(c => c.scrollWidth > c.clientWidth + 1
+      || c.getBoundingClientRect().right > area.right + 1);
+  return {inside: box.right <= area.right + 1, cut, right: box.right, area: area.right};
+})"""
+
 ZH_NOTEBOOK = {
     "cells": [
         {"cell_type": "code", "metadata": {}, "outputs": [], "execution_count": None,
@@ -171,7 +179,7 @@ def test_chinese_labels_render_with_a_cjk_font(jupyterlab, browser):
 
     url, token, root = jupyterlab
     (root / "zh.ipynb").write_text(json.dumps(ZH_NOTEBOOK))
-    page = run_all(browser, url, token, "zh.ipynb", height=900)
+    page = run_all(browser, url, token, "zh.ipynb", height=900, width=1280)  # a laptop, side bar open
     page.wait_for_function(
         "() => { const t = document.querySelectorAll('.ddplab-snapshot g.rank-token[data-state=\"done\"]');"
         " return t.length === 2; }", timeout=180_000)
@@ -191,5 +199,10 @@ def test_chinese_labels_render_with_a_cjk_font(jupyterlab, browser):
         return draw('训') !== draw(String.fromCharCode(0xE000)) && draw('训') !== draw('川'); }""")
     live.scroll_into_view_if_needed()
     live.screenshot(path=str(ARTIFACTS / "dashboard-zh.png"))
+    # nothing clipped at 1280 px with the file browser open: every table (live and the cell's
+    # still picture) ends inside its output area, and no cell of it is cut
+    assert page.locator(".jp-SideBar .lm-TabBar-tab.lm-mod-current").count() >= 1  # the side bar is open
+    fits = page.evaluate(FITS)
+    assert len(fits) >= 2 and all(f["inside"] and not f["cut"] for f in fits), fits
     page.click(".lm-MenuBar-itemLabel:text-is('Kernel')")
     page.click(".lm-Menu-item[data-command='kernelmenu:shutdown']")

@@ -1,0 +1,201 @@
+"""A cell's collection, recovery decisions and wait loop, with fake replies: no engines."""
+import time
+from types import SimpleNamespace
+
+from ddplab import state as st
+from ddplab.cell import collect, plan_recovery, recovery_notes, shows_a_value
+from ddplab.config import tunables
+from ddplab.monitor import Hooks, Monitor, Outcome, RankSeen
+from ddplab.telemetry import Live
+
+
+class Remote(Exception):
+    """What ipyparallel gives for a rank that raised: ename, evalue, traceback text."""
+
+    def __init__(self, ename, evalue, traceback=""):
+        super().__init__(evalue)
+        self.ename, self.evalue, self.traceback = ename, evalue, traceback
+
+
+CUT = Remote("DistBackendError", "[../gloo/transport/tcp/pair.cc:534] Connection closed by peer [127.0.0.1]:4242",
+             "File torch/distributed/distributed_c10d.py, in all_reduce")
+INFO = [{"engine": 10 + r, "pid": 100 + r, "host": "h"} for r in range(4)]
+
+
+def running_state(n=4):
+    rs = st.RunState(n)
+    rs.set_all(st.INIT)
+    rs.set_all(st.READY)
+    rs.begin_cell(list(range(n)), 0.0)
+    return rs
+
+
+def ok(value=None):
+    return SimpleNamespace(execute_result={"data": {"text/plain": value}} if value else None)
+
+
+def test_the_rank_that_raised_is_the_root_cause_and_the_cut_off_ranks_are_its_echoes():
+    rs = running_state()
+    seen = [RankSeen(0, "a\n", reply=CUT), RankSeen(1, "b\n", reply=Remote("ValueError", "boom", "tb 1\ntb 2")),
+            RankSeen(2, reply=CUT), RankSeen(3, reply=CUT)]
+    # the echoes were even seen first: order comes from what failed on its own, then time
+    outcome = Outcome([0, 1, 2, 3], seen, closed={1}, failed_at={0: 1.0, 2: 1.0, 3: 1.0, 1: 2.0})
+    result = collect(outcome, rs, INFO, 0.5)
+    assert result.failure_order[0] == 1 and sorted(result.failure_order) == [0, 1, 2, 3]
+    err = result.failed[1]
+    assert (err.ename, err.evalue, err.traceback_lines) == ("ValueError", "boom", ["tb 1", "tb 2"])
+    assert (err.engine_id, err.pid, err.host) == (11, 101, "h")
+    assert result.stdout == ["a\n", "b\n", "", ""] and list(rs.states) == [st.FAILED] * 4
+    plan = plan_recovery(outcome, result)
+    assert plan.reform and not plan.lost and not plan.restart
+    notes = recovery_notes(plan, 4, 1.5, 0.04, [("model", "DistributedDataParallel"), ("pg", "ProcessGroup")])
+    assert notes == ["group re-formed in 40 ms; variables kept",
+                     "these were tied to the old group: model = DDP(model.module); pg (a process group): create it again"]
+
+
+def test_a_clean_cell_is_done_with_each_ranks_value_and_needs_nothing():
+    rs = running_state(2)
+    outcome = Outcome([0, 1], [RankSeen(0, reply=ok("0")), RankSeen(1, reply=ok("11"))])
+    result = collect(outcome, rs, INFO, 0.1)
+    assert result[1].result == {"text/plain": "11"} and not result.failed
+    assert list(rs.states) == [st.DONE, st.DONE]
+    assert not plan_recovery(outcome, result)
+    assert recovery_notes(plan_recovery(outcome, result), 2, 1.5) == []
+
+
+def test_an_error_outside_torch_distributed_keeps_the_group():
+    rs = running_state(2)
+    outcome = Outcome([0, 1], [RankSeen(0, reply=Remote("NameError", "name 'x' is not defined")),
+                               RankSeen(1, reply=ok())])
+    result = collect(outcome, rs, INFO, 0.1)
+    assert list(result.failed) == [0] and not plan_recovery(outcome, result)
+
+
+def test_a_lost_rank_is_reported_with_why_and_left_for_the_user_to_restart():
+    rs = running_state()
+    rs.ranks[2].step = 37
+    outcome = Outcome([0, 1, 2, 3], [RankSeen(0, reply=CUT), RankSeen(1, reply=CUT), RankSeen(2),
+                                     RankSeen(3, reply=CUT)],
+                      lost={2: "its engine exited with code 3"}, failed_at={2: 1.0, 0: 1.1, 1: 1.1, 3: 1.1})
+    result = collect(outcome, rs, INFO, 0.1)
+    err = result.failed[2]
+    assert result.failure_order[0] == 2 and err.ename == "RankLost" and err.step == 37
+    plan = plan_recovery(outcome, result)
+    assert plan.lost == [2] and not plan.reform
+    assert recovery_notes(plan, 4, 1.5) == ["rank 2 lost: run %ddp_restart (Lab.restart()) to bring back a full "
+                                            "group (rank 2 starts fresh; ranks 0, 1, 3 keep their variables)"]
+
+
+def test_ranks_killed_while_stuck_are_restarted():
+    rs = running_state()
+    why = "killed by ddplab: still running 1.5 s after SIGINT (stuck in a collective)"
+    outcome = Outcome([0, 1, 2, 3], [RankSeen(r, reply=Remote("KeyboardInterrupt", "")) for r in range(3)]
+                      + [RankSeen(3)], lost={3: why}, killed={3})
+    plan = plan_recovery(outcome, collect(outcome, rs, INFO, 2.0))
+    assert plan.restart == [3]
+    assert recovery_notes(plan, 4, 1.5, 1.2) == [
+        "rank 3 did not stop within 1.5 s of SIGINT and was restarted in 1.2 s (the variables of rank 3 are "
+        "gone; ranks 0, 1, 2 kept theirs); group re-formed"]
+
+
+def test_only_cells_ending_in_an_expression_show_a_value():
+    assert shows_a_value("x = 1\nx") and not shows_a_value("x = 1") and shows_a_value("%timeit 1")
+
+
+class FakeReplies:
+    """Ranks that finish when told to."""
+
+    def __init__(self, ranks):
+        self.replies = {r: None for r in ranks}
+
+    def done(self, rank):
+        return self.replies[rank] is not None
+
+    def reply(self, rank):
+        return self.replies[rank]
+
+    def failed(self, rank):
+        return isinstance(self.replies[rank], Exception)
+
+    def field(self, rank, key):
+        return "" if key != "outputs" else []
+
+    def wait(self, timeout):
+        time.sleep(min(timeout, 0.01))
+
+    def wait_for_output(self, timeout):
+        pass
+
+
+def fake_monitor(n=3):
+    calls = {"close": [], "kill": [], "interrupt": [], "draws": 0}
+    dead = {}
+
+    def draw():
+        calls["draws"] += 1
+        return True
+
+    hooks = Hooks(lost=lambda ranks: {r: w for r, w in dead.items() if r in ranks},
+                  kill=lambda ranks, why: calls["kill"].append(list(ranks)),
+                  interrupt=lambda ranks: calls["interrupt"].append(list(ranks)),
+                  close_group=lambda ranks: calls["close"].append(list(ranks)), draw=draw)
+    live = Live.new(n)
+    live.run_state.set_all(st.INIT)
+    live.run_state.set_all(st.READY)
+    live.run_state.begin_cell(list(range(n)), time.monotonic())
+    replies = FakeReplies(range(n))
+    return Monitor(replies, list(range(n)), live, None, hooks), replies, calls, dead
+
+
+def test_the_monitor_closes_the_group_under_ranks_left_waiting_by_a_failure():
+    monitor, replies, calls, _ = fake_monitor()
+    replies.replies[1] = Remote("ValueError", "boom")
+    assert not monitor.check() and calls["close"] == []  # not at once: the others may finish by themselves
+    monitor.failed_at[1] -= tunables().fail_fast
+    assert not monitor.check() and calls["close"] == [[1]]
+    monitor.check()
+    assert calls["close"] == [[1]]  # once per rank
+    replies.replies[0] = replies.replies[2] = CUT
+    assert monitor.check()
+    outcome = monitor.finish(grace=0)
+    assert outcome.closed == {1} and set(outcome.failed_at) == {0, 1, 2}
+
+
+def test_a_dead_rank_is_lost_and_frees_the_others():
+    monitor, replies, calls, dead = fake_monitor()
+    dead[2] = "its engine was killed (SIGKILL)"
+    replies.replies[0] = ok()
+    monitor.check()
+    assert monitor.lost == {2: dead[2]} and monitor.live.run_state.states[2] == st.LOST
+    monitor.failed_at[2] -= tunables().fail_fast
+    monitor.check()
+    assert calls["close"] == [[0]]  # the idle rank 0; rank 1 still runs, rank 2 is gone
+
+
+def test_after_sigint_ranks_that_do_not_stop_are_killed_one_at_a_time():
+    monitor, replies, calls, _ = fake_monitor()
+    monitor.interrupt()
+    assert calls["interrupt"] == [[0, 1, 2]]
+    monitor.escalated_at -= tunables().escalate
+    monitor.check()
+    assert calls["kill"] == [[2]] and monitor.killed == {2}
+    monitor.check()
+    assert calls["kill"] == [[2]]  # the next one only after another escalate interval without progress
+    replies.replies[0] = replies.replies[1] = Remote("KeyboardInterrupt", "")
+    assert monitor.check()
+
+
+def test_the_monitor_redraws_at_most_once_a_frame_and_only_when_something_changed():
+    monitor, replies, calls, _ = fake_monitor()
+    monitor.poll()
+    assert calls["draws"] == 0  # the first frame comes a frame into the cell
+    monitor.last_frame -= tunables().frame
+    monitor.poll()
+    assert calls["draws"] == 1
+    monitor.last_frame -= tunables().frame
+    monitor.poll()
+    assert calls["draws"] == 1  # nothing changed
+    monitor.live.run_state.touch()
+    monitor.last_frame -= tunables().frame
+    monitor.poll()
+    assert calls["draws"] == 2

@@ -1,0 +1,69 @@
+"""One config: PoolConfig checks every setting once; the tunables are IPython configurables."""
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from ddplab.config import DDPLab, PoolConfig, tunables
+from ddplab.errors import BadRequest
+
+
+def test_pool_config_fills_defaults_and_checks_each_setting():
+    c = PoolConfig.make(2)
+    assert (c.ranks, c.timeout, c.rendezvous, c.launcher, c.lang, c.local) == (2, 30.0, "file", "local", "en", True)
+    assert not PoolConfig.make(2, launcher="mpi").local
+    for bad in (dict(ranks=0), dict(ranks=2.5), dict(timeout=0), dict(timeout=float("nan")), dict(threads=0),
+                dict(rendezvous="env://"), dict(lang="fr"), dict(start_timeout=-1), dict(launcher="")):
+        with pytest.raises(BadRequest) as info:
+            PoolConfig.make(**{"ranks": 2, **bad})
+        assert "\n" not in str(info.value)
+    with pytest.raises(Exception):  # frozen: a pool's settings do not change under it
+        c.ranks = 3
+
+
+def test_config_magic_sets_tunables_and_pool_defaults(ip, capsys):
+    t = tunables()
+    saved = (t.frame, t.lang)
+    try:
+        ip.run_line_magic("config", "DDPLab.frame = 0.5")
+        ip.run_line_magic("config", "DDPLab.lang = 'zh'")
+        assert t.frame == 0.5 and PoolConfig.make(2).lang == "zh"
+        ip.run_line_magic("config", "DDPLab")
+        out = capsys.readouterr().out
+        for name in ("frame", "poll", "flush", "fail_fast", "escalate", "debug", "cores", "heartbeat_ms"):
+            assert f"DDPLab.{name}" in out
+    finally:
+        t.frame, t.lang = saved
+
+
+def test_ipython_config_file_reaches_the_tunables(tmp_path):
+    (tmp_path / "ipython_config.py").write_text('c.DDPLab.lang = "zh"\nc.DDPLab.escalate = 3.0\n')
+    script = textwrap.dedent("""
+        from IPython.terminal.ipapp import TerminalIPythonApp
+        app = TerminalIPythonApp.instance()
+        app.initialize(["--profile-dir", %r, "--no-banner"])
+        app.shell.run_line_magic("load_ext", "ddplab")
+        from ddplab.config import PoolConfig, tunables
+        print(tunables().escalate, PoolConfig.make(2).lang)
+    """ % str(tmp_path))
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60,
+                         env={**os.environ, "IPYTHONDIR": str(tmp_path)})
+    assert out.stdout.split()[-2:] == ["3.0", "zh"], out.stderr
+
+
+def test_environment_variables_are_the_defaults_of_their_tunables(monkeypatch):
+    monkeypatch.setenv("DDPLAB_CORES", "7")
+    monkeypatch.setenv("DDPLAB_DEBUG", "1")
+    fresh = DDPLab()
+    assert fresh.cores == 7 and fresh.debug
+    monkeypatch.setenv("DDPLAB_DEBUG", "0")
+    assert not DDPLab().debug
+
+
+def test_each_timeout_says_what_it_limits(ip):
+    start = " ".join(ip.find_line_magic("ddp_start").__doc__.split())
+    cell = " ".join(ip.find_cell_magic("ddp").__doc__.split())
+    assert "--timeout TIMEOUT" in start and "seconds a collective" in start and "%%ddp --timeout" in start
+    assert "seconds this cell may run" in cell and "%ddp_start --timeout" in cell
