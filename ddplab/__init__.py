@@ -56,6 +56,9 @@ def load_ipython_extension(shell):
         shell.configurables.append(settings)  # %config DDPLab.frame = 0.5
     magics = DDPMagics(shell)
     shell.register_magics(magics)
+    from .launcher import zygote
+
+    zygote()  # the fork server imports torch in the background now, so %ddp_start finds it ready
     _magics[id(shell)] = magics
 
 
@@ -65,3 +68,6 @@ def unload_ipython_extension(shell):
     if magics is not None and magics.lab is not None:
         magics.lab.stop()
         magics.lab = None
+    from .launcher import stop_zygote
+
+    stop_zygote()

@@ -1,35 +1,70 @@
-"""ipyparallel engine launchers that fork engines from a zygote (see zygote.py) instead of
-starting `python -m ipyparallel.engine` from scratch.
+"""ipyparallel launchers that fork the controller and the engines from this process's zygote (see
+zygote.py) instead of starting `python -m ipyparallel.controller/engine` from scratch.
 
-ipyparallel still owns the engine set: ForkedEngineSetLauncher is its LocalEngineSetLauncher
-with one change, how each engine process comes to be. Cluster(engines=ForkedEngineSetLauncher).
+ipyparallel still owns the cluster: ForkedControllerLauncher and ForkedEngineSetLauncher are its
+local launchers with one change, how each process comes to be. The zygote is shared by every
+local pool this process starts, kept warm across %ddp_restart and %ddp_stop / %ddp_start, started
+as early as %load_ext ddplab (it imports torch in the background while the user reads), and ended
+with the process (or %unload_ext ddplab).
 """
+import atexit
 import json
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 import threading
 
 import psutil
-from ipyparallel.cluster.launcher import LocalEngineLauncher, LocalEngineSetLauncher
+from ipyparallel.cluster.launcher import LocalControllerLauncher, LocalEngineLauncher, LocalEngineSetLauncher
 
-_zygotes = {}  # profile dir -> Zygote
+_zygote = None
+_zygote_lock = threading.Lock()
+
+
+def zygote():
+    """This process's zygote, started if it is not running (it then imports in the background)."""
+    global _zygote
+    with _zygote_lock:
+        if _zygote is None or _zygote.proc.poll() is not None:
+            _zygote = Zygote()
+        return _zygote
+
+
+def running_zygote():
+    """The zygote if one runs, else None (never starts one)."""
+    return _zygote if _zygote is not None and _zygote.proc.poll() is None else None
+
+
+@atexit.register
+def stop_zygote():
+    global _zygote
+    with _zygote_lock:
+        if _zygote is not None:
+            _zygote.stop()
+            _zygote = None
 
 
 class Zygote:
-    """The notebook's handle on a zygote process: ask it to fork, read how children ended."""
+    """The notebook's handle on a zygote process: ask it to fork, read how its children ended.
+    Its folder (0700) holds the exit codes of what it forked."""
 
-    def __init__(self, workdir, env):
-        self.workdir = workdir
-        self.proc = subprocess.Popen([sys.executable, "-m", "ddplab.zygote", workdir], stdin=subprocess.PIPE,
-                                     stdout=subprocess.PIPE, text=True, env={**os.environ, **env},
-                                     start_new_session=True)
+    def __init__(self):
+        self.workdir = tempfile.mkdtemp(prefix="ddplab-zygote-")
+        # one thread while importing: each fork sets its own share (torch.set_num_threads)
+        env = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+        self.proc = subprocess.Popen([sys.executable, "-m", "ddplab.zygote", self.workdir], stdin=subprocess.PIPE,
+                                     stdout=subprocess.PIPE, text=True, env=env, start_new_session=True)
         self.lock = threading.Lock()
         self.ready = False
-        _zygotes[workdir] = self
+
+    @property
+    def pid(self):
+        return self.proc.pid
 
     def wait_ready(self):
-        """Block until the zygote has imported everything (it started while the controller did)."""
+        """Block until the zygote has imported everything (it may have started long ago)."""
         with self.lock:
             if not self.ready:
                 line = self.proc.stdout.readline()
@@ -37,10 +72,12 @@ class Zygote:
                     raise RuntimeError(f"the engine fork server exited (code {self.proc.wait()})")
                 self.ready = True
 
-    def fork(self, env, cwd, output, args=()):
+    def fork(self, main, env, cwd, output, args=()):
+        """A new process running ipyparallel's `main` ("engine" or "controller"); its pid."""
         self.wait_ready()
+        request = {"main": main, "env": env, "cwd": cwd, "output": output, "args": list(args)}
         with self.lock:
-            self.proc.stdin.write(json.dumps({"env": env, "cwd": cwd, "output": output, "args": list(args)}) + "\n")
+            self.proc.stdin.write(json.dumps(request) + "\n")
             self.proc.stdin.flush()
             line = self.proc.stdout.readline()
         if not line:
@@ -48,7 +85,7 @@ class Zygote:
         return json.loads(line)["pid"]
 
     def exit_code(self, pid):
-        """How a forked engine ended (negative: the signal), or None if not known (yet)."""
+        """How a forked process ended (negative: the signal), or None if not known (yet)."""
         try:
             with open(os.path.join(self.workdir, "exits")) as f:
                 for line in f:
@@ -60,27 +97,52 @@ class Zygote:
         return None
 
     def stop(self):
-        _zygotes.pop(self.workdir, None)
         if self.proc.poll() is None:
             self.proc.kill()
         self.proc.wait(5)
         for f in (self.proc.stdin, self.proc.stdout):
             f.close()
+        shutil.rmtree(self.workdir, ignore_errors=True)
 
 
-class ForkedEngineLauncher(LocalEngineLauncher):
-    """One engine, forked by the pool's zygote. No nanny process: for a local pool the Lab
-    signals engines and notices their death by pid itself, and starting a nanny (a fresh
-    Python process) would cost each engine about a second of start-up."""
+class _Forked:
+    """The start() of a local launcher, by a fork of the zygote instead of Popen."""
+
+    main = None  # "engine" or "controller"
+    command = ()  # the command line ipyparallel would run, to strip from its arguments
 
     def start(self):
-        zygote = _zygotes[self.profile_dir]
         env = {**os.environ, **self.get_env()}
-        self.pid = zygote.fork(env, os.path.abspath(self.work_dir), self.output_file,
-                               [*self.engine_args, "--IPEngine.enable_nanny=False"])
+        args = self.find_args()[len(self.command):]
+        self.pid = zygote().fork(self.main, env, os.path.abspath(self.work_dir), self.output_file, args)
         self.process = psutil.Process(self.pid)
         self.notify_start(self.pid)
         self._start_waiting()
+
+
+class ForkedControllerLauncher(_Forked, LocalControllerLauncher):
+    """The controller, forked: it needs ipyparallel only, which the zygote has imported."""
+
+    main = "controller"
+
+    @property
+    def command(self):
+        return self.controller_cmd
+
+
+class ForkedEngineLauncher(_Forked, LocalEngineLauncher):
+    """One engine, forked. No nanny process: for a local pool the Lab signals engines and notices
+    their death by pid itself, and a nanny (a fresh Python process) would cost each engine about
+    a second of start-up."""
+
+    main = "engine"
+
+    @property
+    def command(self):
+        return self.engine_cmd
+
+    def find_args(self):
+        return [*super().find_args(), "--IPEngine.enable_nanny=False"]
 
 
 class ForkedEngineSetLauncher(LocalEngineSetLauncher):

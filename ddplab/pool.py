@@ -121,7 +121,8 @@ class LocalPool(Pool):
         self.launcher = launcher
         self.local = launcher in ("local", "local-spawn")
         self.threads = threads
-        self.cluster = self._zygote = self._reaper = None
+        self.forked = launcher == "local"  # controller and engines forked from the zygote
+        self.cluster = self._reaper = None
         self._procs = {}  # rank -> the launcher of its engine (local engines: signalled by pid)
 
     # ------------------------------------------------------------------ start
@@ -140,18 +141,19 @@ class LocalPool(Pool):
         import ipyparallel as ipp
         from traitlets.config import Config
 
-        from .launcher import ForkedEngineSetLauncher, Zygote
+        from .launcher import ForkedControllerLauncher, ForkedEngineSetLauncher, zygote
 
         self.workdir = tempfile.mkdtemp(prefix="ddplab-")  # mode 0700
         self._reaper = subprocess.Popen([sys.executable, "-m", "ddplab.reaper", str(os.getpid()), self.workdir],
                                         stdin=subprocess.DEVNULL, start_new_session=True)
-        if self.launcher == "local":
-            self._zygote = Zygote(self.workdir, self.environment())  # imports while the controller starts
+        if self.forked:
+            zygote()  # usually started at %load_ext ddplab, and warm since
         log.setLevel(logging.DEBUG if tunables().debug else logging.CRITICAL)
         engines = {"local": ForkedEngineSetLauncher, "local-spawn": "local"}.get(self.launcher, self.launcher)
         self.cluster = ipp.Cluster(
             profile_dir=self.workdir, cluster_id="ddplab", config=Config(), load_profile=False,
             log=log, shutdown_atexit=False, engines=engines,
+            controller=ForkedControllerLauncher if self.forked else "local",
             controller_ip="127.0.0.1" if self.local else "",
             controller_args=[f"--HeartMonitor.period={tunables().heartbeat_ms}"])
         say(f"starting {n} ranks: controller ...")
@@ -199,8 +201,6 @@ class LocalPool(Pool):
         launchers = [self.cluster.controller] if self.cluster and self.cluster.controller else []
         if engines:
             launchers.extend(self._launchers())
-            if self._zygote is not None and self._zygote.proc.poll() is None:
-                procs.append(psutil.Process(self._zygote.proc.pid))
         for launcher in launchers:
             proc = getattr(launcher, "process", None)
             if proc is None or is_gone(proc):
@@ -244,16 +244,18 @@ class LocalPool(Pool):
             return True
         except PermissionError:
             pass
-        return False if self._zygote is not None else is_gone(proc)
+        return False if self.forked else is_gone(proc)
 
     def _exit_code(self, proc, wait=0.5):
+        from .launcher import zygote
+
         """The exit code of a dead local engine. Its parent reaps it: the zygote (which writes
         it down) or ipyparallel's launcher thread (psutil keeps it on that Process object;
         waiting here too would race that thread)."""
         deadline = time.monotonic() + wait
         while True:
-            if self._zygote is not None:
-                code = self._zygote.exit_code(proc.pid)
+            if self.forked:
+                code = zygote().exit_code(proc.pid)
             else:
                 code = getattr(proc, "_exitcode", None)
             if isinstance(code, int) or time.monotonic() > deadline:
@@ -290,9 +292,7 @@ class LocalPool(Pool):
 
     def stop(self):
         """End engines, controller and every helper process; remove the private folder."""
-        # the zygote goes last: it reaps the engines it forked (else they linger as zombies)
-        zygote = self._zygote.proc.pid if self._zygote is not None else None
-        procs = [p for p in self.processes() if p.pid != zygote]
+        procs = self.processes()
         controller = self.processes(engines=False)
         if self.client is not None:
             try:
@@ -312,9 +312,6 @@ class LocalPool(Pool):
             except Exception:  # noqa: BLE001
                 pass
         self.cluster = None
-        if self._zygote is not None:
-            self._zygote.stop()
-            self._zygote = None
         if self._reaper is not None:
             self._reaper.kill()
             self._reaper.wait(5)

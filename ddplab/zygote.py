@@ -1,28 +1,31 @@
-"""A fork server for engines: it imports torch (and everything an engine needs) once, then forks
-engines that start with all of it already loaded.
+"""A fork server for a pool's processes: it imports torch (and everything an engine or the
+controller needs) once, then forks them with all of it already loaded.
 
     python -m ddplab.zygote WORKDIR        (one JSON request per line on stdin, a reply on stdout)
 
-Importing torch costs about 1.5 s of CPU per process; four engines on two cores doing that in
-turn take most of a pool's start-up. A zygote pays it once, while the controller starts, and
-its forks share the loaded pages copy-on-write (less memory too). Nothing here may start a
-thread before forking. (torch._dynamo, which the first DistributedDataParallel() imports,
-~1.2 s more, is left out: it would delay every start; engines import it in the background
-once the group has formed, see rank.form_group.)
+Importing torch costs about 1.2 s of CPU per process, and torch._dynamo (which the first
+DistributedDataParallel() imports) 1.2 s more; four engines on two cores doing that in turn
+take most of a pool's start-up, and slow the first cells after it. The zygote pays it once,
+for every pool of its notebook (launcher.py starts it at %load_ext ddplab), and its forks share
+the loaded pages copy-on-write (less memory too). Nothing here may start a thread before forking.
 
-Requests: {"env": {...}, "cwd": "...", "output": "path/to/log", "args": [...]} -> reply {"pid": N}.
-The zygote reaps its children and appends "pid exit-code" lines to WORKDIR/exits.
+Requests: {"main": "engine" | "controller", "env": {...}, "cwd": "...", "output": "path/to/log",
+"args": [...]} -> reply {"pid": N}. The zygote reaps its children and appends "pid exit-code"
+lines to WORKDIR/exits. It exits when its stdin closes (the notebook's process is gone).
 """
 import json
 import os
+import shutil
 import signal
 import sys
 
 
 def preload():
-    """What every engine needs before it can register and join the group."""
+    """What every engine needs before it can register, join the group and run DDP at once."""
+    import ipyparallel.controller.app  # noqa: F401
     import ipyparallel.engine.app  # noqa: F401 - ipykernel, IPython, zmq, traitlets
     import torch  # noqa: F401
+    import torch._dynamo  # noqa: F401 - DistributedDataParallel() imports it
     import torch.distributed  # noqa: F401
     import torch.nn.parallel  # noqa: F401
 
@@ -46,8 +49,8 @@ def _reap(exits_path):
     return handler
 
 
-def _become_engine(request, inherited):
-    """In the forked child: a fresh session, the engine's environment and log, then ipengine."""
+def _become(request, inherited):
+    """In the forked child: a fresh session, its environment and log, then ipengine/ipcontroller."""
     os.setsid()  # like ipyparallel's start_new_session: signals to the notebook do not reach it
     for fd in inherited:
         os.close(fd)
@@ -68,11 +71,14 @@ def _become_engine(request, inherited):
     if "numpy" in sys.modules:
         sys.modules["numpy"].random.seed()
     os.chdir(request["cwd"])
-    sys.argv = ["ipengine", *request.get("args", [])]
+    main = request.get("main", "engine")
+    sys.argv = [f"ip{main}", *request.get("args", [])]
     code = 0
     try:
-        from ipyparallel.engine.app import main
-
+        if main == "controller":
+            from ipyparallel.controller.app import main
+        else:
+            from ipyparallel.engine.app import main
         main()
     except SystemExit as exc:
         code = exc.code if isinstance(exc.code, int) else 1
@@ -102,9 +108,10 @@ def main(argv=None):
         request = json.loads(line)
         pid = os.fork()
         if pid == 0:
-            _become_engine(request, inherited)
+            _become(request, inherited)
         replies.write(json.dumps({"pid": pid}) + "\n")
         replies.flush()
+    shutil.rmtree(workdir, ignore_errors=True)  # the notebook is gone: nobody else will
 
 
 if __name__ == "__main__":

@@ -13,8 +13,11 @@ CYCLES = 20
 def test_twenty_start_stop_cycles_leave_nothing_behind():
     me = psutil.Process()
     before = descendants()
+    from ddplab.launcher import running_zygote
+
     lab = Lab(2)
-    lab.start().stop()  # the first cycle loads what stays loaded (modules, zmq context)
+    lab.start().stop()  # the first cycle loads what stays loaded (modules, zmq context, the zygote)
+    zygote = running_zygote().pid
     fds = me.num_fds()
     threads = me.num_threads()
     seen = []
@@ -24,6 +27,7 @@ def test_twenty_start_stop_cycles_leave_nothing_behind():
         seen.extend(lab.pids())
         lab.stop()
     assert alive(seen) == []
+    assert running_zygote().pid == zygote  # one fork server, warm across every cycle
     assert descendants() <= before
     assert me.num_fds() <= fds + 8, (fds, me.num_fds())
     assert me.num_threads() <= threads + 2, (threads, me.num_threads())
