@@ -1,45 +1,36 @@
-"""binder/ works: its requirements install CPU-only torch and ddplab into a fresh virtual
-environment, the quickstart runs there, and a kernel with a pool of 4 fits in 2 GB (PSS)."""
+"""binder/ works: what repo2docker installs (binder/requirements.txt, then binder/postBuild's
+`pip install .`) resolves to the CPU build of torch, no CUDA package, and ddplab with its
+dependencies. (The quickstart runs through binder/start within 2 GB in tests/notebooks.)"""
 import json
 import os
 import pathlib
-import shutil
 import subprocess
 import sys
 
-import pytest
-
 ROOT = pathlib.Path(__file__).resolve().parents[2]
-LIMIT = 2 * 10**9  # bytes: a Binder session has 2 GB
 
 
-@pytest.mark.timeout(900)
-def test_binder_environment_runs_the_quickstart_in_2_gb(tmp_path):
-    venv = tmp_path / "venv"
-    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=120)
-    bin_ = venv / "bin"
-    # download.pytorch.org may be unreachable (as here): fail over to the other indexes at once
-    env = dict(os.environ, PATH=f"{bin_}:{os.environ['PATH']}", VIRTUAL_ENV=str(venv),
-               PIP_RETRIES="0", PIP_TIMEOUT="10", PIP_DISABLE_PIP_VERSION_CHECK="1")
-    env.pop("PYTHONPATH", None)
-    subprocess.run([bin_ / "python", "-m", "pip", "install", "-q", "-r", "binder/requirements.txt"],
-                   cwd=ROOT, env=env, check=True, timeout=600)
-    source = tmp_path / "repo"  # postBuild runs in a copy, as repo2docker runs it in its own clone
-    shutil.copytree(ROOT, source, ignore=shutil.ignore_patterns(".venv", ".git", "build", "*.egg-info",
-                                                                  "__pycache__", "artifacts", "results"))
-    subprocess.run(["bash", "binder/postBuild"], cwd=source, env=env, check=True, timeout=600)
-    installed = subprocess.run([bin_ / "python", "-m", "pip", "list", "--format=freeze"], env=env,
-                               capture_output=True, text=True, check=True).stdout
-    assert "torch==2.13.0+cpu" in installed and "nvidia" not in installed.lower()
-    assert "ddplab==" in installed
+def test_binder_installs_cpu_torch_and_ddplab_and_no_cuda(tmp_path):
+    post_build = [line for line in (ROOT / "binder/postBuild").read_text().splitlines()
+                  if line.strip() and not line.startswith(("#", "set "))]
+    assert post_build == ["python -m pip install --no-cache-dir ."]
+    env = dict(os.environ, PIP_RETRIES="0", PIP_TIMEOUT="10", PIP_DISABLE_PIP_VERSION_CHECK="1")
 
-    out = tmp_path / "result.json"
-    subprocess.run(["bash", "binder/start", str(bin_ / "python"), str(ROOT / "tests/cli/run_in_binder_env.py"),
-                    str(source / "notebooks/00_quickstart.ipynb"), str(out)],
-                   cwd=source, env=env, check=True, timeout=300)
-    result = json.loads(out.read_text())
-    assert result["errors"] == [] and result["torch"].endswith("+cpu")
-    assert any("parameters identical on every rank: True" in o for o in result["outputs"])
-    assert result["processes"] >= 4
-    print(f"kernel + pool of 4 after training: {result['peak_pss'] / 1e6:.0f} MB PSS")
-    assert 0 < result["peak_pss"] < LIMIT
+    def would_install(*args):
+        report = tmp_path / "report.json"
+        subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--dry-run", "--report", str(report), *args],
+                       cwd=ROOT, env=env, check=True, timeout=600)
+        return {i["metadata"]["name"].lower(): i["metadata"]["version"] for i in json.loads(report.read_text())["install"]}
+
+    # first repo2docker installs the requirements into a fresh environment (--ignore-installed: as if
+    # nothing were there; download.pytorch.org may be unreachable, as here: PIP_RETRIES=0 falls over)
+    first = would_install("--ignore-installed", "-r", "binder/requirements.txt")
+    assert first["torch"] == "2.13.0+cpu"
+    assert not [name for name in first if "nvidia" in name or "cuda" in name or name == "triton"]
+    # then postBuild installs ddplab: with that torch in place, nothing replaces it (this venv has
+    # the same torch; its other packages are what ./dev test installed from pyproject)
+    import torch
+
+    assert torch.__version__ == "2.13.0+cpu"
+    then = would_install("--no-build-isolation", ".")
+    assert "ddplab" in then and not [n for n in then if n == "torch" or "nvidia" in n or "cuda" in n], then

@@ -1,35 +1,20 @@
 """Every lesson notebook, executed top to bottom by nbclient in a real kernel, within its budget.
 
 The notebooks check their own results (assert cells: identical parameters, expected sums, ...), so
-a wrong result fails here. Executed copies are saved to tests/notebooks/artifacts/ for people to read.
+a wrong result fails here. One kernel runs them all (conftest.py), each from an empty namespace.
+Executed copies are saved to tests/notebooks/artifacts/ for people to read.
 """
 import pathlib
 import re
-import time
 
 import nbformat
 import pytest
-from nbclient import NotebookClient
-
-from ..conftest import descendants
 
 NOTEBOOKS = pathlib.Path(__file__).resolve().parents[2] / "notebooks"
-ARTIFACTS = pathlib.Path(__file__).resolve().parent / "artifacts"
 LESSONS = sorted(p.stem for p in NOTEBOOKS.glob("[0-9][0-9]_*.ipynb") if not p.stem.startswith("00_"))
 BUDGET = 120  # seconds: a lesson runs top to bottom in at most 2 minutes on a 2-core machine
 CJK = re.compile(r"[\u4e00-\u9fff]")
 pytestmark = pytest.mark.pool
-
-
-def run(name):
-    nb = nbformat.read(NOTEBOOKS / f"{name}.ipynb", as_version=4)
-    tic = time.monotonic()
-    NotebookClient(nb, timeout=BUDGET, kernel_name="python3",
-                   resources={"metadata": {"path": str(NOTEBOOKS)}}).execute()
-    took = time.monotonic() - tic
-    ARTIFACTS.mkdir(exist_ok=True)
-    nbformat.write(nb, ARTIFACTS / f"{name}.ipynb")
-    return nb, took
 
 
 def test_there_are_twelve_lessons_in_order():
@@ -37,9 +22,8 @@ def test_there_are_twelve_lessons_in_order():
 
 
 @pytest.mark.parametrize("name", LESSONS)
-def test_lesson_runs_end_to_end_within_budget(name):
-    before = descendants()
-    nb, took = run(name)
+def test_lesson_runs_end_to_end_within_budget(kernel, name):
+    nb, took = kernel.run(name, BUDGET)
     code = [c for c in nb.cells if c.cell_type == "code"]
     meant_to_fail = [c for c in code if "raises-exception" in c.metadata.get("tags", [])]
     errors = [(c.source[:60], o.get("ename"), o.get("evalue")) for c in code if c not in meant_to_fail
@@ -61,7 +45,7 @@ def test_lesson_runs_end_to_end_within_budget(name):
     assert pictures, "a lesson shows what happens as a picture"
     assert code[-1].source.strip() == "%ddp_stop"
     assert "stopped" in "".join(o.get("text", "") for o in code[-1].outputs)
-    assert descendants() <= before
+    assert kernel.left_running() == []
 
 
 def test_the_index_links_every_lesson():

@@ -1,10 +1,11 @@
-"""Run a notebook the way Binder would, and measure memory: executed by the binder venv's python.
+"""Run a notebook the way Binder would, and measure memory (run through binder/start).
 
-    python run_in_binder_env.py NOTEBOOK OUT.json
+    bash binder/start python run_like_binder.py NOTEBOOK OUT.json EXECUTED.ipynb
 
 Executes every cell; after each cell that starts or uses the pool, it sums the proportional set
 size (PSS: shared pages split among the processes sharing them) of the kernel and all its
-descendants (engines, controller, helpers), and keeps the peak. Writes errors, outputs and the peak.
+descendants (engines, controller, the zygote, helpers), and keeps the peak. Writes errors, outputs
+and the peak to OUT.json, and the executed notebook to EXECUTED.ipynb.
 """
 import json
 import pathlib
@@ -26,7 +27,7 @@ def pss(pid):
     return total
 
 
-def main(path, out):
+def main(path, out, executed):
     nb = nbformat.read(path, as_version=4)
     client = NotebookClient(nb, timeout=120, kernel_name="python3",
                             resources={"metadata": {"path": str(pathlib.Path(path).parent)}})
@@ -40,12 +41,14 @@ def main(path, out):
             if "ddp" in cell.source and "%ddp_stop" not in cell.source:
                 ranks = max(ranks, len(psutil.Process(pid).children(recursive=True)))
                 peak = max(peak, pss(pid))
+        client.set_widgets_metadata()
     outputs = ["".join(o.get("text", "") or o.get("data", {}).get("text/plain", "") for o in c.outputs)
                for c in nb.cells if c.cell_type == "code"]
     errors = [o.get("evalue") for c in nb.cells if c.cell_type == "code" for o in c.outputs
               if o.output_type == "error"]
     import torch
 
+    nbformat.write(nb, executed)  # with the widget state, as a saved notebook keeps it
     pathlib.Path(out).write_text(json.dumps({"peak_pss": peak, "processes": ranks, "errors": errors,
                                              "outputs": outputs, "torch": torch.__version__}))
 

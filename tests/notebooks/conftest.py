@@ -1,0 +1,67 @@
+"""One kernel for the lessons: each lesson starts from an empty namespace, as in a fresh kernel, but
+the kernel (and its zygote, warm) is started once for all of them instead of once per lesson."""
+import pathlib
+import time
+
+import nbformat
+import psutil
+import pytest
+from jupyter_client import KernelManager
+from nbclient import NotebookClient
+
+NOTEBOOKS = pathlib.Path(__file__).resolve().parents[2] / "notebooks"
+ARTIFACTS = pathlib.Path(__file__).resolve().parent / "artifacts"
+
+
+class SharedKernel:
+    """A kernel that runs notebook after notebook, each from a reset namespace."""
+
+    def __init__(self):
+        self.km = None
+
+    def _ensure(self):
+        if self.km is None or not self.km.is_alive():
+            self.km = KernelManager(kernel_name="python3")
+            self.km.start_kernel(cwd=str(NOTEBOOKS))
+
+    @property
+    def pid(self):
+        return self.km.provisioner.pid
+
+    def run(self, name, budget):
+        """Execute notebooks/NAME.ipynb; return (the executed notebook, seconds it took)."""
+        self._ensure()
+        reset = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell("%reset -f")])
+        NotebookClient(reset, km=self.km, timeout=60).execute()  # nothing of the last lesson is left
+        nb = nbformat.read(NOTEBOOKS / f"{name}.ipynb", as_version=4)
+        tic = time.monotonic()
+        NotebookClient(nb, km=self.km, timeout=budget, kernel_name="python3",
+                       resources={"metadata": {"path": str(NOTEBOOKS)}}).execute()
+        took = time.monotonic() - tic
+        ARTIFACTS.mkdir(exist_ok=True)
+        nbformat.write(nb, ARTIFACTS / f"{name}.ipynb")
+        return nb, took
+
+    def left_running(self):
+        """The kernel's descendants, but for its zygote (kept warm between pools on purpose)."""
+        kernel = psutil.Process(self.pid)
+        zygotes = {p.pid for p in kernel.children() if "ddplab.zygote" in " ".join(p.cmdline())}
+        left = []
+        for p in kernel.children(recursive=True):
+            try:
+                if p.pid not in zygotes and p.status() != psutil.STATUS_ZOMBIE:
+                    left.append(" ".join(p.cmdline())[:80])
+            except psutil.NoSuchProcess:
+                pass
+        return left
+
+    def shutdown(self):
+        if self.km is not None and self.km.is_alive():
+            self.km.shutdown_kernel(now=True)
+
+
+@pytest.fixture(scope="session")
+def kernel():
+    shared = SharedKernel()
+    yield shared
+    shared.shutdown()
