@@ -68,7 +68,8 @@ def loopback_interface():
 
 
 def is_gone(proc):
-    """Exited, or a zombie: a dead engine's nanny is re-parented to init, which reaps it late."""
+    """Exited, or a zombie: a process whose parent has not reaped it yet (a killed engine's DataLoader
+    workers are re-parented to init, which may reap them late)."""
     try:
         return proc.status() == psutil.STATUS_ZOMBIE
     except psutil.NoSuchProcess:
@@ -76,7 +77,8 @@ def is_gone(proc):
 
 
 def wait_gone(procs, timeout):
-    """Wait until every process is gone; return those still alive at the timeout."""
+    """Wait until every process is gone; return those still alive at the timeout. (Not
+    psutil.wait_procs: it counts a zombie that is not our child as alive until it is reaped.)"""
     deadline = time.monotonic() + timeout
     alive = [p for p in procs if not is_gone(p)]
     while alive and time.monotonic() < deadline:

@@ -1,6 +1,14 @@
 """Shared fixtures: one IPython shell with ddplab loaded, one 4-rank pool for the session."""
+import os
+
 import psutil
 import pytest
+
+
+def pytest_xdist_auto_num_workers(config):
+    """`-n auto` (pyproject's default): two workers, or one on a one-core machine. The tests that
+    share a pool, a kernel or a JupyterLab run on one worker each (xdist_group marks)."""
+    return min(2, len(os.sched_getaffinity(0)))
 
 
 @pytest.fixture(scope="session")

@@ -13,7 +13,7 @@ from IPython.core.error import UsageError
 
 from ddplab.errors import CellTimeout, Interrupted, RankFailed
 
-pytestmark = pytest.mark.pool
+pytestmark = [pytest.mark.pool, pytest.mark.xdist_group("shared-pool")]  # one worker holds the session pool
 ANSI = re.compile(r"\x1b\[[0-9;]*m")
 
 

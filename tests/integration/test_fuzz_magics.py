@@ -12,7 +12,7 @@ from ddplab.errors import DDPLabError
 
 from ..conftest import descendants
 
-pytestmark = pytest.mark.pool
+pytestmark = [pytest.mark.pool, pytest.mark.xdist_group("shared-pool")]  # one worker holds the session pool
 
 WORDS = ["--ranks", "--timeout", "--threads", "--lang", "--no-dashboard", "--at-step", "--csv", "--all",
          "kill", "raise", "slow", "clear", "zh", "en", "all", "0", "1", "3", "7", "-1", "2.5", "0,2", "1-3",

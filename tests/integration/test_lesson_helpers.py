@@ -1,7 +1,7 @@
 """ddplab.lessons.ranks on the shared 4-rank pool: spread, communication counter, timeline, timing."""
 import pytest
 
-pytestmark = pytest.mark.pool
+pytestmark = [pytest.mark.pool, pytest.mark.xdist_group("shared-pool")]  # one worker holds the session pool
 
 
 def test_param_spread_is_zero_only_when_ranks_agree(pool):

@@ -14,7 +14,7 @@ from ddplab import Lab
 
 from ..conftest import alive, descendants
 
-pytestmark = pytest.mark.pool
+pytestmark = [pytest.mark.pool, pytest.mark.xdist_group("shared-pool")]  # one worker holds the session pool
 
 DDP_CELL = """
 import torch, torch.nn as nn

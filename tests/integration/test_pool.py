@@ -8,7 +8,7 @@ from IPython.core.error import UsageError
 from ddplab.errors import CellTimeout, RankFailed
 from ddplab.lab import cores
 
-pytestmark = pytest.mark.pool
+pytestmark = [pytest.mark.pool, pytest.mark.xdist_group("shared-pool")]  # one worker holds the session pool
 
 
 def ddp(ip, cell, line=""):

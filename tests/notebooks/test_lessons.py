@@ -14,7 +14,7 @@ NOTEBOOKS = pathlib.Path(__file__).resolve().parents[2] / "notebooks"
 LESSONS = sorted(p.stem for p in NOTEBOOKS.glob("[0-9][0-9]_*.ipynb") if not p.stem.startswith("00_"))
 BUDGET = 120  # seconds: a lesson runs top to bottom in at most 2 minutes on a 2-core machine
 CJK = re.compile(r"[\u4e00-\u9fff]")
-pytestmark = pytest.mark.pool
+pytestmark = [pytest.mark.pool, pytest.mark.xdist_group("lessons")]  # one shared kernel
 
 
 def test_there_are_twelve_lessons_in_order():

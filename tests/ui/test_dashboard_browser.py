@@ -18,7 +18,7 @@ ARTIFACTS = ROOT / "tests" / "ui" / "artifacts"
 CHROMIUM = "/usr/bin/chromium"
 CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--no-first-run", "--disable-background-networking",
                  "--disable-component-update", "--disable-sync"]
-pytestmark = pytest.mark.pool
+pytestmark = [pytest.mark.pool, pytest.mark.xdist_group("jupyterlab")]  # one server
 
 
 def free_port():
