@@ -13,7 +13,7 @@ import time
 
 import psutil
 
-SUITE = ["log_cost", "start", "cell", "training", "dashboard_scale"]
+SUITE = ["log_cost", "start", "training", "history", "dashboard_scale"]
 
 
 def machine():

@@ -18,12 +18,13 @@ class _Replies:  # stands in for the cell's replies: no engines here, no rank ev
     def wait(self, timeout): time.sleep(timeout)
 
 n, seconds = {ranks}, {seconds}
-live, telemetry, view = Live.new(n), Telemetry(), Dashboard(n)
+import secrets
+live, telemetry, view = Live.new(n), Telemetry("tcp://127.0.0.1", secrets.token_bytes(32)), Dashboard(n)
 live.run_state.set_all(state.INIT); live.run_state.set_all(state.READY)
 view.show()
 live.run_state.begin_cell(list(range(n)), time.monotonic())
 view.begin(live)
-sender = subprocess.Popen([sys.executable, "-m", "bench.simulate", telemetry.address, str(n), "10", str(seconds + 1)])
+sender = subprocess.Popen([sys.executable, "-m", "bench.simulate", telemetry.address, telemetry.key.hex(), str(n), "10", str(seconds + 1)])
 frames = []
 draw = Monitor.draw
 def timed_draw(self, now=None):

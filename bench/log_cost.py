@@ -1,4 +1,4 @@
-"""Target 4: the cost of one ddplab.log() call, amortized, with the telemetry thread sending
+"""The cost of one ddplab.log() call, amortized, with the telemetry thread sending
 every point to a live socket (the notebook's end). An empty function call measured the same
 way in the same run is the floor."""
 import time
@@ -24,8 +24,10 @@ def noop(loss=None, samples=None, step=None, **scalars):
 
 def run(quick=False):
     calls, repeats = (20_000, 2) if quick else (200_000, 5)
-    sink = Telemetry()
-    rank._connect(sink.address)
+    import secrets
+
+    sink = Telemetry("tcp://127.0.0.1", secrets.token_bytes(32))
+    rank._connect(sink.address, sink.key)
     loss = torch.tensor(0.5, requires_grad=True) * 2  # a loss as training makes it
     empty, floats, tensors, received = [], [], [], 0
     for _ in range(repeats):
@@ -33,9 +35,9 @@ def run(quick=False):
         floats.append(per_call(rank.log, calls, 0.5))
         tensors.append(per_call(rank.log, calls, loss))
         time.sleep(3 * rank._flush_every)
-        received = sum(len(b[2]) for b in sink.batches())
+        received = sum(len(b) for b in sink.batches())
         with rank._lock:
-            rank._points.clear()
+            rank._log = rank.Columns()
             rank._sent = 0
     sink.close()
     return [result("log", "ddplab.log(loss=<tensor>, samples=64), amortized (us per call)", tensors, unit="us",

@@ -32,7 +32,7 @@ def save(path, model, optimizer=None, step=0, **extra):
         for stale in glob.glob(glob.escape(path) + ".tmp-*"):  # left by a save that was killed
             os.remove(stale)
         tmp = f"{path}.tmp-{os.getpid()}"
-        with open(tmp, "wb") as f:
+        with open(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "wb") as f:  # the owner's only
             torch.save(state, f)
             f.flush()
             os.fsync(f.fileno())

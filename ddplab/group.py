@@ -15,14 +15,16 @@ from .errors import StartFailed
 class Group:
     """One gloo group over `pool`'s engines, formed again (a new generation) whenever needed."""
 
-    def __init__(self, pool, config, telemetry_address=None):
-        self.pool, self.config, self.telemetry_address = pool, config, telemetry_address
+    def __init__(self, pool, config, telemetry=None):
+        self.pool, self.config, self.telemetry = pool, config, telemetry
         self.generation = 0
         self.info = []  # per rank, what it reported on joining: rank, engine, pid, host, threads, ports
 
     def rendezvous(self):
         if self.config.rendezvous == "file":
-            return "file://" + os.path.join(self.pool.workdir, f"rendezvous-{self.generation}")
+            path = os.path.join(self.pool.workdir, f"rendezvous-{self.generation}")
+            os.close(os.open(path, os.O_WRONLY | os.O_CREAT, 0o600))  # torch's FileStore keeps this mode
+            return "file://" + path
         host, _, port = self.config.rendezvous[len("tcp://"):].rpartition(":")
         host = host or "127.0.0.1"
         if port in ("", "0"):
@@ -42,8 +44,9 @@ class Group:
         where = self.rendezvous()
         if say:
             say(f"starting {n} ranks: importing torch, forming the gloo group")
+        address, key = (self.telemetry.address, self.telemetry.key) if self.telemetry else (None, b"")
         ars = [client[eid].apply_async(form_group, r, n, where, self.config.timeout, self.config.threads,
-                                       self.telemetry_address, tunables().flush)
+                                       address, tunables().flush, key)
                for r, eid in enumerate(eids)]
         for ar in ars:
             if not ar.wait(max(0.0, deadline - time.perf_counter())):

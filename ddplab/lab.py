@@ -7,6 +7,7 @@ through Telemetry into Live (telemetry.py), and a View draws it (dashboard/view.
 composes them and acts on what cell.py decides.
 """
 import atexit
+import secrets
 import threading
 import time
 import weakref
@@ -115,8 +116,8 @@ class Lab:
         try:
             self.pool.start(self.world_size, deadline, say)
             self.run_state.set_all(st.INIT)
-            self.telemetry = Telemetry("127.0.0.1" if self.pool.local else "0.0.0.0")
-            self.group = Group(self.pool, self.config, self.telemetry.address)
+            self.telemetry = Telemetry(self.pool.telemetry_where(), secrets.token_bytes(32))
+            self.group = Group(self.pool, self.config, self.telemetry)
             self._form(deadline, say)
         except BaseException as exc:
             self.stop()
@@ -160,8 +161,9 @@ class Lab:
 
     def restart(self, progress=None, everything=False):
         """Bring back a full group. If ranks were lost (and everything is not asked), restart
-        only those engines: the other ranks keep their variables. Otherwise a fresh pool with the
-        same settings (every rank's variables are lost). Returns a sentence saying which."""
+        only those engines: the other ranks keep their variables. Otherwise every rank gets a
+        fresh engine (every rank's variables are lost; the controller and the dashboard stay).
+        Returns a sentence saying which."""
         self._require_running()
         lost = sorted(self.find_lost())
         if lost and not everything:
@@ -169,14 +171,14 @@ class Lab:
             kept = [r for r in range(self.world_size) if r not in lost]
             return (f"restarted {ranks_text(lost)} in {seconds:.1f} s ({plural(len(lost), 'its')} variables "
                     f"are gone; {ranks_text(kept)} kept theirs); group re-formed")
-        self.stop()
-        self.start(progress)
+        self.start_seconds = self.restart_ranks(range(self.world_size), progress)
         return f"restarted: {self.ready_message()}; variables from before are gone"
 
     def restart_ranks(self, ranks, progress=None):
         """Kill (if alive) and restart the engines of `ranks`, then re-form the group on all ranks."""
         tic = time.perf_counter()
         deadline = tic + self.config.start_timeout
+        ranks = list(ranks)
         with self._lock:
             say = self._say(progress)
             for r in ranks:
@@ -206,17 +208,30 @@ class Lab:
         """Send SIGINT to the given ranks (all by default), like Ctrl-C in each."""
         self.pool.interrupt(list(range(self.world_size)) if ranks is None else ranks)
 
+    def _notices(self):
+        """Messages dropped because they were not from this pool: each source once, in the view
+        (run_state.notices), with its count. True if something is new."""
+        news = dict(self.telemetry.news()) if self.telemetry else {}
+        for channel, count in (self.pool.dropped if self.pool else {}).items():
+            news["ipyparallel", channel] = (f"{count} malformed message{'s' if count != 1 else ''} dropped on "
+                                            f"ipyparallel's {channel} channel")
+        changed = [self.run_state.notice(topic, text + " (not from this pool's ranks: ignored)")
+                   for topic, text in news.items()]
+        return any(changed)
+
     def _watch(self):
         """While no cell runs, notice engines that die (so the dashboard shows them lost)."""
         while not self._watching.wait(tunables().watch_every):
             with self._lock:
                 if self._busy or not self.running:
                     continue
+                changed = self._notices()
                 for r, why in self.find_lost().items():
                     if self.run_state.states[r] not in (st.LOST, st.STOPPED):
                         self.run_state.fail(r, why, lost=True)
-                        if getattr(self.view, "threadsafe", False):
-                            self.show("update")
+                        changed = True
+                if changed and getattr(self.view, "threadsafe", False):
+                    self.show("update")
 
     # ------------------------------------------------------------------ running code
     def _require_running(self):
@@ -282,6 +297,7 @@ class Lab:
         result = self.last_result = cell.collect(outcome, self.run_state, self.info, time.perf_counter() - tic)
         result.recovery = self._recover(cell.plan_recovery(outcome, result))
         self.run_state.end_cell(time.monotonic())
+        self._notices()
         if result.recovery:
             self.run_state.message = " ".join(result.recovery)
         self.show("end")

@@ -6,8 +6,10 @@ import csv
 import math
 from collections import deque
 
-# a point as ranks record it: (cell, step, time since the cell started, loss, samples, {scalars} or None)
-CELL, STEP, TIME, LOSS, SAMPLES, SCALARS = range(6)
+
+
+def _list(column):
+    return column.tolist() if hasattr(column, "tolist") else list(column)
 
 
 class Series:
@@ -80,24 +82,23 @@ class LiveMetrics:
         self.current = [None] * n  # latest samples/s per rank
         self.version = 0
 
-    def add_points(self, rank, points):
-        """Merge a batch from one rank; returns (last step, last loss, samples/s)."""
+    def add_points(self, rank, step, time, loss, samples):
+        """Merge a batch from one rank (columns of equal length; NaN: not logged); returns
+        (last step, last loss, samples/s)."""
         meter, loss_series = self.meters[rank], self.loss[rank]
-        step = loss = None
-        t = 0.0
-        for p in points:
-            step, t = p[STEP], p[TIME]
-            if p[LOSS] is not None and not math.isnan(p[LOSS]):
-                loss = p[LOSS]
-                loss_series.add(step, loss)
-            if p[SAMPLES]:
-                meter.add(t, p[SAMPLES])
+        last_loss, t = None, 0.0
+        for s, t, l, n in zip(_list(step), _list(time), _list(loss), _list(samples)):
+            if l == l:  # not NaN
+                last_loss = l
+                loss_series.add(s, l)
+            if n == n and n:
+                meter.add(t, n)
         rate = meter.rate()
         if rate is not None:
             self.rate[rank].add(t, rate)
             self.current[rank] = rate
         self.version += 1
-        return step, loss, rate
+        return (int(step[-1]) if len(step) else None), last_loss, rate
 
     def sample_total(self, t):
         """Add the current total samples/s at cell time t (called once per frame)."""
@@ -109,65 +110,176 @@ class LiveMetrics:
 
 
 class History:
-    """Every point every rank logged, exactly: rows of rank, cell, step, time, loss, samples, scalars."""
+    """Every point every rank logged, exactly, as columns: numpy arrays rank, cell, step, time,
+    loss, samples (NaN where a point had none), and one sparse column per extra scalar (lr=...,
+    acc=...: 12 bytes per point that has it). 38 bytes a point. Rows are dicts made on demand:
+
+        h.where(rank=0, cell=3)      # a History of the matching points
+        h.column("loss")             # a list, None where a point had no loss
+        for row in h: ...            # {"rank": 0, "cell": 3, "step": 0, "time": 0.01, "loss": 2.3, ...}
+        h.to_csv("run.csv"); h.to_pandas()
+    """
 
     FIELDS = ("rank", "cell", "step", "time", "loss", "samples")
+    DTYPES = {"rank": "i2", "cell": "i4", "step": "i8", "time": "f8", "loss": "f8", "samples": "f8"}
 
-    def __init__(self, rows=()):
-        self.rows = list(rows)
+    def __init__(self, columns=None, extras=None):
+        import numpy as np
+
+        columns = columns or {}
+        self.arrays = {f: np.asarray(columns.get(f, ()), dtype=self.DTYPES[f]) for f in self.FIELDS}
+        self.extras = dict(extras or {})  # name -> (sorted point positions int64, values float64)
 
     @classmethod
     def from_ranks(cls, per_rank, cell_of=None):
-        """per_rank: {rank: [point tuples as ranks record them]}. cell_of maps (rank, the rank's
+        """per_rank: {rank: the columns rank.history() returns}. cell_of maps (rank, the rank's
         own cell count) to the notebook's cell number: a restarted rank, or one left out by
         --ranks, counts differently, and cell N must mean the same cell on every rank."""
+        import numpy as np
+
         cell_of = cell_of or {}
-        rows = []
-        for rank, points in sorted(per_rank.items()):
-            for p in points:
-                cell = cell_of.get((rank, p[CELL]), p[CELL])
-                row = {"rank": rank, "cell": cell, "step": p[STEP], "time": p[TIME],
-                       "loss": p[LOSS], "samples": p[SAMPLES]}
-                if p[SCALARS]:
-                    row.update(p[SCALARS])
-                rows.append(row)
-        return cls(rows)
+        parts, extras, offset = {f: [] for f in cls.FIELDS}, {}, 0
+        for rank, cols in sorted(per_rank.items()):
+            n = len(cols["step"])
+            cells = np.asarray(cols["cell"], dtype="i4")
+            mapped = cells.copy()
+            for own in np.unique(cells):
+                mapped[cells == own] = cell_of.get((rank, int(own)), int(own))
+            parts["rank"].append(np.full(n, rank, dtype="i2"))
+            parts["cell"].append(mapped)
+            for f in ("step", "time", "loss", "samples"):
+                parts[f].append(np.asarray(cols[f]))
+            for name, (index, values) in cols.get("extras", {}).items():
+                extras.setdefault(name, ([], []))
+                extras[name][0].append(np.asarray(index, dtype="i4") + offset)
+                extras[name][1].append(np.asarray(values, dtype="f8"))
+            offset += n
+        columns = {f: np.concatenate(p) if p else () for f, p in parts.items()}
+        return cls(columns, {k: (np.concatenate(i), np.concatenate(v)) for k, (i, v) in extras.items()})
 
     def __len__(self):
-        return len(self.rows)
-
-    def __iter__(self):
-        return iter(self.rows)
-
-    def __getitem__(self, i):
-        return self.rows[i]
+        return len(self.arrays["step"])
 
     def columns(self):
-        extra = sorted({k for row in self.rows for k in row} - set(self.FIELDS))
-        return list(self.FIELDS) + extra
+        return list(self.FIELDS) + sorted(self.extras)
 
-    def where(self, **match):
-        """Rows whose fields equal the given values: history.where(rank=0, cell=3)."""
-        return History(r for r in self.rows if all(r.get(k) == v for k, v in match.items()))
+    @property
+    def nbytes(self):
+        """Memory the columns take."""
+        return sum(a.nbytes for a in self.arrays.values()) + sum(i.nbytes + v.nbytes for i, v in self.extras.values())
+
+    def _extra(self, name):
+        """A full-length column for an extra scalar: NaN where a point had none."""
+        import numpy as np
+
+        index, values = self.extras[name]
+        full = np.full(len(self), np.nan)
+        full[index] = values
+        return full
+
+    def array(self, name):
+        """One column as a numpy array (NaN where a point had no value)."""
+        if name in self.arrays:
+            return self.arrays[name]
+        if name in self.extras:
+            return self._extra(name)
+        raise KeyError(f"no column {name!r}: the columns are {', '.join(self.columns())}")
 
     def column(self, name):
-        return [r.get(name) for r in self.rows]
+        """One column as a list: None where a point had no value (as in the rows)."""
+        if name not in self.arrays and name not in self.extras:
+            return [None] * len(self)
+        return [_value(name, v) for v in self.array(name).tolist()]
+
+    def _take(self, positions):
+        import numpy as np
+
+        positions = np.asarray(positions, dtype="i8")
+        columns = {f: a[positions] for f, a in self.arrays.items()}
+        where = np.full(len(self), -1, dtype="i4")
+        where[positions] = np.arange(len(positions), dtype="i4")
+        extras = {}
+        for name, (index, values) in self.extras.items():
+            kept = where[index] >= 0
+            if kept.any():
+                extras[name] = (where[index[kept]], values[kept])
+        return History(columns, extras)
+
+    def where(self, **match):
+        """The points whose fields equal the given values: history.where(rank=0, cell=3)."""
+        import numpy as np
+
+        keep = np.ones(len(self), dtype=bool)
+        for name, value in match.items():
+            if name not in self.arrays and name not in self.extras:
+                return self._take([])
+            column = self.array(name)
+            keep &= np.isnan(column) if value is None and column.dtype.kind == "f" else column == value
+        return self._take(np.flatnonzero(keep))
+
+    def row(self, i):
+        row = {f: _value(f, self.arrays[f][i].item()) for f in self.FIELDS}
+        for name, (index, values) in self.extras.items():
+            j = index.searchsorted(i)
+            if j < len(index) and index[j] == i:
+                row[name] = values[j].item()
+        return row
+
+    def __getitem__(self, i):
+        if i < 0:
+            i += len(self)
+        if not 0 <= i < len(self):
+            raise IndexError("history index out of range")
+        return self.row(i)
+
+    def __iter__(self):
+        extras = {name: dict(zip(index.tolist(), values.tolist())) for name, (index, values) in self.extras.items()}
+        lists = {f: self.arrays[f].tolist() for f in self.FIELDS}
+        for i in range(len(self)):
+            row = {f: _value(f, lists[f][i]) for f in self.FIELDS}
+            for name, by_index in extras.items():
+                if i in by_index:
+                    row[name] = by_index[i]
+            yield row
 
     def to_csv(self, path):
         columns = self.columns()
         with open(path, "w", newline="") as f:
             w = csv.DictWriter(f, fieldnames=columns, restval="")
             w.writeheader()
-            w.writerows(self.rows)
-        return len(self.rows)
+            w.writerows({k: ("" if v is None else v) for k, v in row.items()} for row in self)
+        return len(self)
+
+    def to_pandas(self):
+        """A pandas DataFrame, one row per point (pandas is not a ddplab dependency: install it)."""
+        try:
+            import pandas as pd
+        except ImportError:
+            raise ImportError("History.to_pandas() needs pandas: pip install pandas") from None
+        frame = pd.DataFrame({f: self.arrays[f] for f in self.FIELDS})
+        for name in sorted(self.extras):
+            frame[name] = self._extra(name)
+        return frame
 
     def __repr__(self):
-        if not self.rows:
+        if not len(self):
             return "History(no points: log them in rank code with ddplab.log(loss=..., samples=...))"
-        ranks = sorted({r["rank"] for r in self.rows})
-        cells = sorted({r["cell"] for r in self.rows})
-        return (f"History({len(self.rows)} points from ranks {_span(ranks)}, cells {_span(cells)}; "
+        import numpy as np
+
+        ranks = np.unique(self.arrays["rank"]).tolist()
+        cells = np.unique(self.arrays["cell"]).tolist()
+        return (f"History({len(self)} points from ranks {_span(ranks)}, cells {_span(cells)}; "
                 f"columns: {', '.join(self.columns())})")
+
+
+def _value(field, v):
+    """A row's value: None for what was not logged; whole numbers of samples as int."""
+    if isinstance(v, float):
+        if v != v:
+            return None
+        if field == "samples" and v.is_integer():
+            return int(v)
+    return v
 
 
 def _span(values):

@@ -117,7 +117,7 @@ class Monitor:
         if self.telemetry is not None:
             for batch in self.telemetry.batches():
                 if merge(self.live, batch, now):
-                    self.finals.add(batch[0])
+                    self.finals.add(batch.rank)
         for r in self.ranks:
             rs.set_output(r, self.replies.field(r, "stdout") or "")
         if now - self.last_frame >= self.frame:

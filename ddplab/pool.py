@@ -35,6 +35,48 @@ class Lost:
     why: str  # "its engine exited with code 3", "its engine was killed (SIGKILL)", ...
 
 
+CLIENT_STREAMS = ("_query_stream", "_control_stream", "_mux_stream", "_task_stream", "_iopub_stream",
+                  "_notification_stream", "_broadcast_stream")
+
+
+def guard_client(client):
+    """Keep a malformed message from breaking ipyparallel's Client. Its controller relays what any
+    local user publishes on its ports; the Client's handler raises on a message without its
+    delimiter ("DELIM not in msg_list"), the exception escapes the stream's event handler (a
+    traceback in the notebook), and the stream stops reading (zmq's edge-triggered descriptor): no
+    more output from the ranks. Each handler is wrapped to drop and count such messages instead.
+    Returns the counts: channel -> messages dropped. (Private names of ipyparallel 9.2 and pyzmq's
+    ZMQStream: tests/unit/test_ipyparallel_pin.py checks them.)"""
+    dropped = {}
+
+    def guarded(channel, handler):
+        def receive(msg):
+            try:
+                return handler(msg)
+            except Exception:  # noqa: BLE001 - not a message of this pool: drop it
+                dropped[channel] = dropped.get(channel, 0) + 1
+        return receive
+
+    for name in CLIENT_STREAMS:
+        stream = getattr(client, name, None)
+        handler = getattr(stream, "_recv_callback", None)
+        if handler is not None:
+            stream._recv_callback = guarded(name.strip("_").removesuffix("_stream"), handler)
+    return dropped
+
+
+def private(folder):
+    """Make every file under `folder` readable by its owner only (0600; folders 0700)."""
+    for root, dirs, files in os.walk(folder):
+        for name in dirs:
+            os.chmod(os.path.join(root, name), 0o700)
+        for name in files:
+            try:
+                os.chmod(os.path.join(root, name), 0o600)
+            except OSError:  # a file that went away (a socket closed, a rename)
+                pass
+
+
 def plural(n, word):
     return f"{word}{'s' if n != 1 else ''}"
 
@@ -53,11 +95,17 @@ class Pool:
     client = None
     workdir = None
     local = True
+    dropped = {}  # ipyparallel channel -> malformed messages its Client dropped (guard_client)
 
     def __init__(self):
         self.engine_ids = []
         self.hosts = {}  # rank -> host, from track()
         self._lost = {}  # rank -> Lost: the one record of lost ranks
+
+    def telemetry_where(self):
+        """Where the notebook's telemetry socket listens: a socket file in the private folder
+        (other users cannot reach it) when every engine is on this machine, else TCP."""
+        return f"ipc://{self.workdir}" if self.local else "tcp://0.0.0.0"
 
     def lost(self, ranks=None):
         """rank -> Lost for every rank (of `ranks`) whose engine is gone; cheap enough per poll."""
@@ -159,7 +207,9 @@ class LocalPool(Pool):
         say(f"starting {n} ranks: controller ...")
         self.cluster.start_controller_sync()
         self.client = self.cluster.connect_client_sync()
+        self.dropped = guard_client(self.client)
         self.engine_ids = self._add_engines(n, deadline, say)
+        private(self.workdir)  # what ipyparallel wrote from this process (its cluster file) too
         return self.engine_ids
 
     def _add_engines(self, n, deadline, say):
@@ -223,7 +273,7 @@ class LocalPool(Pool):
         """Tell the reaper what to end if this process dies."""
         if self.workdir:
             path = os.path.join(self.workdir, "pool.pids")
-            with open(path + ".new", "w") as f:
+            with open(os.open(path + ".new", os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "w") as f:
                 f.write("\n".join(map(str, self.pids())))
             os.replace(path + ".new", path)
 

@@ -3,21 +3,58 @@
     ddplab.log(loss=loss, samples=len(x))      # one training step
     with ddplab.phase("eval"): ...
 
-log() only appends to a list: a background thread sends new points to the notebook a few
-times a second (a zmq PUSH socket), and the list itself is the rank's exact history.
+log() only appends to columns in memory (about a microsecond): a background thread sends new
+points to the notebook a few times a second (a zmq PUSH socket, signed data: wire.py), and the
+columns themselves are the rank's exact history.
 Keep this module light: engines import only it, never widget or client code.
 """
 import contextlib
 import datetime
+import math
 import os
-import pickle
 import socket
 import threading
 import time
+from array import array
+from bisect import bisect_left
+
+from . import wire
 
 _flush_every = 0.25  # seconds between telemetry batches (DDPLab.flush, set when the group forms)
 
-_points = []  # every point: (cell, step, time since the cell started, loss, samples, scalars)
+
+class Columns:
+    """Every point this rank logged, one array per field (8 bytes a value): cell, step, time since
+    the cell started, loss and samples (NaN: not logged), and extra scalars as sparse columns."""
+
+    def __init__(self):
+        self.cell, self.step = array("i"), array("q")
+        self.time, self.loss, self.samples = array("d"), array("d"), array("d")
+        self.extras = {}  # name -> (point indices array("i"), values array("d"))
+
+    def __len__(self):
+        return len(self.step)
+
+    def extra(self, name, value):
+        if name not in self.extras:
+            self.extras[name] = (array("i"), array("d"))
+        index, values = self.extras[name]
+        index.append(len(self.step) - 1)
+        values.append(value)
+
+    def since(self, start, stop):
+        """The columns of points start..stop-1; extras with indices counted from start."""
+        cols = {"step": self.step[start:stop], "time": self.time[start:stop], "loss": self.loss[start:stop],
+                "samples": self.samples[start:stop]}
+        extras = {}
+        for name, (index, values) in self.extras.items():
+            lo, hi = bisect_left(index, start), bisect_left(index, stop)
+            if hi > lo:
+                extras[name] = (array("i", (i - start for i in index[lo:hi])), values[lo:hi])
+        return cols, extras
+
+
+_log = Columns()
 _events = []  # (cell, time, kind, value): phase changes
 _cell = 0
 _cell_t0 = time.perf_counter()
@@ -25,21 +62,34 @@ _step = -1
 _rank = 0
 _sent = _events_sent = 0
 _sock = None
+_key = b""
 _lock = threading.Lock()
 _flusher = None
+NAN = math.nan
 
 
 def log(loss=None, samples=None, step=None, **scalars):
     """Record one point (a training step): loss, samples processed, step (default: the next one).
 
-    Extra keyword values (lr=..., acc=...) are kept in the history. Costs about a microsecond:
+    Extra numbers (lr=..., acc=...) are kept in the history too. Costs about a microsecond:
     nothing is sent from here.
     """
     global _step
-    _step = _step + 1 if step is None else step
+    _step = _step + 1 if step is None else int(step)
     if loss is not None:
         loss = loss.item() if hasattr(loss, "item") else float(loss)  # a tensor: its value, not its graph
-    _points.append((_cell, _step, time.perf_counter() - _cell_t0, loss, samples, scalars or None))
+    c = _log
+    c.cell.append(_cell)
+    c.step.append(_step)
+    c.time.append(time.perf_counter() - _cell_t0)
+    c.loss.append(NAN if loss is None else loss)
+    c.samples.append(NAN if samples is None else samples)
+    for name, value in scalars.items():
+        try:
+            c.extra(name, value.item() if hasattr(value, "item") else float(value))
+        except (TypeError, ValueError):
+            raise TypeError(f"ddplab.log({name}={value!r}): extra values must be numbers "
+                            "(lr=0.1, acc=0.93, ...)") from None
     if _fault is not None:
         _drill(_step)
 
@@ -88,25 +138,48 @@ def phase(name):
 
 
 def history():
-    """Every point this rank logged (the exact record; the live view may skip some)."""
-    return list(_points)
+    """Every point this rank logged, as numpy arrays: the exact record (the live view may skip)."""
+    import numpy as np
+
+    c = _log
+    with _lock:
+        n = len(c)
+        cols = {name: np.frombuffer(getattr(c, name), dtype=dtype)[:n].copy()
+                for name, dtype in (("cell", "i4"), ("step", "i8"), ("time", "f8"), ("loss", "f8"),
+                                    ("samples", "f8"))}
+        cols["extras"] = {name: (np.frombuffer(index, dtype="i4").copy(), np.frombuffer(values, dtype="f8").copy())
+                          for name, (index, values) in c.extras.items()}
+    return cols
 
 
 def _flush(final=False):
-    """Send points and events not sent yet; drop the batch if the notebook is not reading."""
+    """Send points and events not sent yet, one batch per cell; drop them if the notebook is not
+    reading (the live view may skip; history() stays exact)."""
     global _sent, _events_sent
     with _lock:
-        n, m = len(_points), len(_events)
+        n, m = len(_log), len(_events)
         if _sock is None or (n == _sent and m == _events_sent and not final):
             return
-        batch = (_rank, _cell, _points[_sent:n], _events[_events_sent:m], final)
+        start, events = _sent, [e[1:] for e in _events[_events_sent:m] if e[0] == _cell]
         _sent, _events_sent = n, m
-        try:
-            import zmq
+        while start < n or events or final:  # points of an earlier cell go in their own batch
+            cell = _log.cell[start] if start < n else _cell
+            stop = start
+            while stop < n and _log.cell[stop] == cell:
+                stop += 1
+            cols, extras = _log.since(start, stop)
+            last = stop >= n
+            frames = wire.encode(_key, _rank, cell, cols, final=final and last,
+                                 events=events if last else (), extras=extras)
+            try:
+                import zmq
 
-            _sock.send(pickle.dumps(batch, protocol=pickle.HIGHEST_PROTOCOL), zmq.NOBLOCK)
-        except Exception:  # noqa: BLE001 - the live view may skip; history() stays exact
-            pass
+                _sock.send_multipart(frames, zmq.NOBLOCK, copy=False)
+            except Exception:  # noqa: BLE001
+                pass
+            start = stop
+            if last:
+                break
 
 
 def _flush_forever():
@@ -125,12 +198,14 @@ def _cell_done(*_):
     _flush(final=True)  # so the notebook sees every point of the cell as soon as it ends
 
 
-def _connect(address):
-    """Connect the telemetry socket and hook cell start/end (once per engine)."""
-    global _sock, _flusher
+def _connect(address, key):
+    """Connect the telemetry socket and hook cell start/end (once per engine). key: the pool's
+    telemetry key (every batch is signed with it)."""
+    global _sock, _flusher, _key
     import zmq
 
     with _lock:
+        _key = key
         if _sock is not None:
             _sock.close(linger=0)
         _sock = zmq.Context.instance().socket(zmq.PUSH)
@@ -206,12 +281,30 @@ def _bound_to_old_group():
     return names
 
 
-def form_group(rank, world_size, rendezvous, timeout, threads, telemetry=None, flush=0.25):
+_listener = None  # rank 0's rendezvous socket (a TCPStore unbound would listen on every interface)
+
+
+def _store_socket(host, port):
+    """A socket listening on host:port only, for rank 0's TCPStore: torch's own listens on every
+    interface whatever host it is given, and a TCPStore accepts anyone who reaches it."""
+    global _listener
+    if _listener is not None:
+        _listener.close()
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    _listener = socket.socket(family, socket.SOCK_STREAM)
+    _listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    _listener.bind((host, port))
+    _listener.listen(128)
+    return _listener.fileno()
+
+
+def form_group(rank, world_size, rendezvous, timeout, threads, telemetry=None, flush=0.25, key=b""):
     """Join the gloo process group and preload the names every cell can use.
 
     rendezvous is "file:///path" (a FileStore: opens no network port) or
     "tcp://host:port" (rank 0 hosts a TCPStore there; needed across hosts).
-    telemetry is the notebook's zmq address for log() points, sent every `flush` seconds.
+    telemetry is the notebook's zmq address for log() points, sent every `flush` seconds and
+    signed with `key` (it reaches the rank in this call: ipyparallel's signed channel).
     """
     global _rank, _flush_every
     _flush_every = flush
@@ -230,13 +323,14 @@ def form_group(rank, world_size, rendezvous, timeout, threads, telemetry=None, f
         store = dist.FileStore(where, world_size)
     elif kind == "tcp":
         host, _, port = where.rpartition(":")
-        store = dist.TCPStore(host, int(port), world_size, is_master=rank == 0, timeout=wait)
+        store = dist.TCPStore(host, int(port), world_size, is_master=rank == 0, timeout=wait,
+                              master_listen_fd=_store_socket(host, int(port)) if rank == 0 else None)
     else:
         raise ValueError(f"unknown rendezvous {rendezvous!r}: use file:///path or tcp://host:port")
     dist.init_process_group("gloo", store=store, rank=rank, world_size=world_size, timeout=wait)
     _rank = rank
     if telemetry:
-        _connect(telemetry)
+        _connect(telemetry, key)
     if "torch._dynamo" not in __import__("sys").modules:
         # the first DistributedDataParallel() imports torch._dynamo (~1.2 s of CPU): do it now, in
         # the background, while the user reads the notebook, rather than in their first DDP cell

@@ -15,10 +15,10 @@ _ENDINGS = {FAILED, LOST, STOPPED}
 ALLOWED = {
     STARTING: {INIT} | _ENDINGS,
     INIT: {READY} | _ENDINGS,
-    READY: {RUNNING, INIT} | _ENDINGS,
+    READY: {RUNNING, INIT, STARTING} | _ENDINGS,  # starting: its engine is restarted
     RUNNING: {TRAINING, DONE, READY} | _ENDINGS,
     TRAINING: {DONE, READY} | _ENDINGS,
-    DONE: {READY, RUNNING, INIT} | _ENDINGS,
+    DONE: {READY, RUNNING, INIT, STARTING} | _ENDINGS,
     # a failed rank keeps its engine: the group is re-formed (init) or the next cell runs
     FAILED: {INIT, READY, RUNNING, LOST, STOPPED, STARTING},
     LOST: {STARTING, STOPPED},
@@ -89,6 +89,7 @@ class RunState:
         self.cell_ended = None
         self.running = []  # ranks of the current cell
         self.message = ""  # what the pool is doing, e.g. start-up progress
+        self.notices = {}  # what happened that the user should know once: topic -> its latest sentence
         self.version = 0
 
     def touch(self):
@@ -130,6 +131,14 @@ class RunState:
         if self.states[rank] == RUNNING:
             self.states.set(rank, TRAINING)  # training = a running rank whose points flow
         self.touch()
+
+    def notice(self, topic, sentence):
+        """Set the sentence shown for `topic` (e.g. messages dropped from one address); True if new."""
+        if self.notices.get(topic) == sentence:
+            return False
+        self.notices[topic] = sentence
+        self.touch()
+        return True
 
     def set_phase(self, rank, phase):
         self.ranks[rank].phase = phase

@@ -2,12 +2,15 @@
 the picture of the pool that views draw.
 
 Ranks (rank.py) buffer points from ddplab.log() and push a batch a few times a second to a zmq
-PULL socket that the notebook binds; nothing is sent per step.
+PULL socket that the notebook binds; nothing is sent per step. A batch is data (wire.py), never
+code: nothing received here is unpickled, and what is not signed with the pool's key is dropped.
 """
-import pickle
+import os
 from dataclasses import dataclass, field
 
 import zmq
+
+from . import wire
 
 from .metrics import LiveMetrics
 from .state import RunState
@@ -28,22 +31,48 @@ class Live:
 
 
 class Telemetry:
-    """A PULL socket on loopback (or a chosen address) that ranks push batches to."""
+    """A PULL socket the ranks push batches to, and the drops it saw.
 
-    def __init__(self, host="127.0.0.1"):
+    where: "ipc://DIR" (a socket file in the pool's private folder: other users cannot reach it)
+    or "tcp://HOST" (ranks on other hosts; a random port). Every batch must carry the pool's
+    signature (wire.py); what does not is dropped before it is parsed, and counted by sender."""
+
+    def __init__(self, where, key):
+        self.key = key
         self.socket = zmq.Context.instance().socket(zmq.PULL)
         self.socket.setsockopt(zmq.LINGER, 0)
-        port = self.socket.bind_to_random_port(f"tcp://{host}")
-        self.address = f"tcp://{host}:{port}"
+        self.socket.setsockopt(zmq.MAXMSGSIZE, 64 << 20)  # a frame larger than any batch: cut by zmq
+        if where.startswith("ipc://"):
+            self.address = f"{where.rstrip('/')}/telemetry"
+            self.socket.bind(self.address)
+            os.chmod(self.address[len("ipc://"):], 0o600)  # in a 0700 folder already; the owner's only
+        else:
+            port = self.socket.bind_to_random_port(where)
+            self.address = f"{where}:{port}"
+        self.dropped = {}  # (why, sender address) -> count
 
     def batches(self):
-        """Every batch waiting now: (rank, cell, points, events, final)."""
+        """Every good batch waiting now (wire.Batch); bad ones are counted in self.dropped."""
         while True:
             try:
-                raw = self.socket.recv(zmq.NOBLOCK)
+                frames = self.socket.recv_multipart(zmq.NOBLOCK, copy=False)
             except zmq.Again:
                 return
-            yield pickle.loads(raw)
+            except zmq.ZMQError:  # a message zmq itself refused (too large, ...): nothing to read
+                continue
+            batch, why = wire.decode(self.key, frames)
+            if batch is None:
+                sender = _peer(frames[0])
+                self.dropped[why, sender] = self.dropped.get((why, sender), 0) + 1
+                continue
+            yield batch
+
+    def news(self):
+        """{(why, sender): sentence} for every sender whose messages were dropped, e.g.
+        "12 unsigned telemetry messages dropped from 127.0.0.1" (zmq tells the sender's address)."""
+        return {(why, sender): f"{count} {why} telemetry message{'s' if count != 1 else ''} dropped"
+                               + (f" from {sender}" if sender else " (sender not known)")
+                for (why, sender), count in sorted(self.dropped.items())}
 
     def wait(self, ms):
         """Block until a batch is waiting (or ms pass)."""
@@ -53,17 +82,24 @@ class Telemetry:
         self.socket.close(linger=0)
 
 
+def _peer(frame):
+    try:
+        return frame.get("Peer-Address") or ""
+    except (zmq.ZMQError, AttributeError, UnicodeDecodeError):
+        return ""
+
+
 def merge(live, batch, now):
     """Fold one batch from a rank into `live`; True if it was the rank's last of the cell."""
-    rank, cell, points, events, final = batch
     rs = live.run_state
+    rank = batch.rank
     if rank >= rs.world_size or rank not in rs.running:
         return False  # a late batch of an earlier cell, or from a rank this cell did not run on
-    live.cell_of[rank, cell] = rs.cell  # ranks count their own cells; the history uses the notebook's
-    if points:
-        step, loss, rate = live.metrics.add_points(rank, points)
-        rs.points_arrived(rank, step, loss, rate, now, len(points))
-    for _c, _t, kind, value in events:
+    live.cell_of[rank, batch.cell] = rs.cell  # ranks count their own cells; the history uses the notebook's
+    if len(batch):
+        step, loss, rate = live.metrics.add_points(rank, batch.step, batch.time, batch.loss, batch.samples)
+        rs.points_arrived(rank, step, loss, rate, now, len(batch))
+    for _t, kind, value in batch.events:
         if kind == "phase":
             rs.set_phase(rank, value)
-    return final
+    return batch.final

@@ -35,11 +35,11 @@ def param_checksum(model):
         return float(sum((p.double() * (i + 1)).sum() for i, p in enumerate(model.parameters())))
 
 
-def train_ddp(steps=200, batch=64, lr=0.05, momentum=0.9, seed=0):
+def train_ddp(steps=200, batch=64, lr=0.05, momentum=0.9, seed=0, log=True):
     """Train the MLP with DistributedDataParallel + DistributedSampler for `steps` steps.
 
-    Every step is logged with ddplab.log (the dashboard draws it); returns a summary dict
-    (final loss, samples/s, parameter checksum).
+    Every step is logged with ddplab.log (the dashboard draws it; log=False: not logged, to
+    measure what logging costs); returns a summary dict (final loss, samples/s, checksum).
     """
     rank, world = dist.get_rank(), dist.get_world_size()
     data = synthetic_classification(seed=seed)
@@ -58,7 +58,8 @@ def train_ddp(steps=200, batch=64, lr=0.05, momentum=0.9, seed=0):
             loss.backward()  # DDP all-reduces (averages) the gradients here
             opt.step()
             step += 1
-            ddplab.log(loss=loss, samples=len(x), step=step)
+            if log:
+                ddplab.log(loss=loss, samples=len(x), step=step)
             if step == steps:
                 break
         epoch += 1

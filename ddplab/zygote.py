@@ -44,7 +44,7 @@ def _reap(exits_path):
             if pid == 0:
                 return
             code = -os.WTERMSIG(status) if os.WIFSIGNALED(status) else os.WEXITSTATUS(status)
-            with open(exits_path, "a") as f:
+            with open(os.open(exits_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600), "a") as f:
                 f.write(f"{pid} {code}\n")
     return handler
 
@@ -56,7 +56,7 @@ def _become(request, inherited):
         os.close(fd)
     devnull = os.open(os.devnull, os.O_RDONLY)
     os.dup2(devnull, 0)
-    log = os.open(request["output"], os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    log = os.open(request["output"], os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)  # the owner's only
     os.dup2(log, 1)
     os.dup2(log, 2)
     os.close(devnull)
@@ -72,6 +72,8 @@ def _become(request, inherited):
         sys.modules["numpy"].random.seed()
     os.chdir(request["cwd"])
     main = request.get("main", "engine")
+    if main == "controller":
+        os.umask(0o077)  # its connection files, logs and database: the owner's only (engines keep the user's umask)
     sys.argv = [f"ip{main}", *request.get("args", [])]
     code = 0
     try:

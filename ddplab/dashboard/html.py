@@ -192,7 +192,8 @@ def header(lab_info, run_state, metrics, now, lang="en"):
         parts.append(lab["stopped_pool"])
     elif run_state.message:  # start-up progress, or what was done after a failure
         parts.append(escape(run_state.message))
-    return " · ".join(parts)
+    notices = "".join(f'<div class="ddplab-notice">⚠ {escape(n)}</div>' for n in run_state.notices.values())
+    return " · ".join(parts) + notices
 
 
 STYLE = """<style>
@@ -204,4 +205,5 @@ STYLE = """<style>
 .ddplab-dashboard tr.ddplab-failed td {background: #fde2e1; color: #b00000; font-weight: bold;}
 .ddplab-dashboard .ddplab-title {font-size: 12px; color: #444; font-family: sans-serif; margin: 2px 0 0 6px;}
 .ddplab-dashboard pre {margin: 0; font-size: 11px; max-height: 180px; overflow-y: auto;}
+.ddplab-dashboard .ddplab-notice {color: #8a5a00; font-size: 12px;}
 </style>"""

@@ -116,6 +116,7 @@ class TextView(View):
         self.stream = stream
         self.last = 0.0
         self.told = {}
+        self.noticed = {}  # notices printed: each once (and again if its count grows)
 
     def _print(self, line):
         print(line, file=self.stream or sys.stdout, flush=True)
@@ -124,10 +125,17 @@ class TextView(View):
         self.last = time.monotonic()
         self.told = {}
 
+    def _notices(self, rs):
+        for topic, text in rs.notices.items():
+            if self.noticed.get(topic) != text:
+                self.noticed[topic] = text
+                self._print(f"ddplab: {text}")
+
     def update(self, live):
         from .. import state as st
 
         rs = live.run_state
+        self._notices(rs)
         if rs.cell_ended is not None:
             return  # between cells (e.g. a restart): the cell's own report said it all
         for r in rs.running:  # a rank that dies mid-cell is news at once; errors come in the report
@@ -152,6 +160,7 @@ class TextView(View):
             self._print(f"[all]    {rs.elapsed(now):.1f} s, {sum(total):.0f} samples/s in total")
 
     def end(self, live):
+        self._notices(live.run_state)
         if any(live.run_state.ranks[r].points for r in live.run_state.running):
             self._lines(live, time.monotonic())
 

@@ -7,8 +7,10 @@ import sys
 import pytest
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
-EXPECTED = {"log", "start", "stop", "restart", "restart_lost", "cell", "train_vs_torchrun", "train_vs_all_cores",
-            "dashboard_on_off", "scaling", "dashboard_frame", "dashboard_cpu"}
+EXPECTED = {"log", "start_cold", "start_warm", "cells_after_ready", "cells_settled", "ranks_cpu_after_ready", "stop",
+            "restart", "restart_lost", "train_first_vs_torchrun", "train_vs_torchrun", "train_vs_all_cores",
+            "dashboard_on_off", "log_overhead", "scaling", "history_bytes", "history_build", "dashboard_frame",
+            "dashboard_cpu"}
 
 
 @pytest.mark.pool

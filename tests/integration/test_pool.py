@@ -184,10 +184,10 @@ def test_ctrl_c_interrupts_every_rank_and_the_pool_stays_usable(ip, pool, capsys
 
 def test_restart_gives_a_fresh_full_group(ip, pool, capsys):
     ddp(ip, "leftover = 1")
-    old = pool.pids()
+    old = [row["pid"] for row in pool.status()]
     ip.run_line_magic("ddp_restart", "")
     assert "restarted: 4 ranks ready" in capsys.readouterr().out
-    assert not set(old) & set(pool.pids()) and pool.running
+    assert not set(old) & {row["pid"] for row in pool.status()} and pool.running  # a fresh engine per rank
     ddp(ip, "print('leftover' in globals())\nt = torch.ones(1); dist.all_reduce(t)")
     assert "[rank 3] False" in capsys.readouterr().out
     assert [t.item() for t in ip.run_line_magic("ddp_gather", "t")] == [4.0] * 4

@@ -149,10 +149,11 @@ def test_a_diverging_loss_is_kept_in_the_table_but_not_drawn():
     lab.run_state.set_all(st.INIT)
     lab.run_state.set_all(st.READY)
     lab.run_state.begin_cell([0, 1], 0.0)
-    points = [(1, i, i * 0.1, float("inf") if i > 3 else (float("nan") if i == 2 else 1.0), 8, None)
-              for i in range(10)]
-    step, loss, rate = lab.metrics.add_points(0, points)
-    lab.run_state.points_arrived(0, step, loss, rate, 1.0, len(points))
+    import numpy as np
+
+    loss_column = np.array([float("inf") if i > 3 else (float("nan") if i == 2 else 1.0) for i in range(10)])
+    step, loss, rate = lab.metrics.add_points(0, np.arange(10), np.arange(10) * 0.1, loss_column, np.full(10, 8.0))
+    lab.run_state.points_arrived(0, step, loss, rate, 1.0, 10)
     board = Dashboard(2)
     board.update(lab)  # used to raise OverflowError in the plot's axis limits
     assert len(lab.metrics.loss[0]) == 3 and "inf" in board.table.value

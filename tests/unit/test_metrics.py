@@ -30,25 +30,40 @@ def test_rate_meter_measures_samples_per_second_over_its_window():
     assert m.rate() == pytest.approx(1280, rel=0.05)
 
 
-def pts(cell, steps, loss=1.0, samples=32, dt=0.01, **scalars):
-    return [(cell, s, s * dt, loss / (s + 1), samples, scalars or None) for s in steps]
+def cols(cell, steps, loss=1.0, samples=32, dt=0.01, **scalars):
+    """A rank's points as rank.history() returns them: columns, extras sparse."""
+    import numpy as np
+
+    steps = list(steps)
+    n = len(steps)
+    return {"cell": np.full(n, cell, dtype="i4"), "step": np.array(steps, dtype="i8"),
+            "time": np.array([s * dt for s in steps]), "loss": np.array([loss / (s + 1) for s in steps]),
+            "samples": np.full(n, float(samples)),
+            "extras": {k: (np.arange(n, dtype="i4"), np.full(n, float(v))) for k, v in scalars.items()}}
+
+
+def batch(c):
+    return c["step"], c["time"], c["loss"], c["samples"]
 
 
 def test_live_metrics_merge_batches_per_rank_and_total():
+    import numpy as np
+
     lm = LiveMetrics(2)
-    step, loss, rate = lm.add_points(0, pts(1, range(0, 50)))
+    step, loss, rate = lm.add_points(0, *batch(cols(1, range(0, 50))))
     assert step == 49 and loss == pytest.approx(1 / 50) and rate == pytest.approx(3200)
-    lm.add_points(1, pts(1, range(0, 50), samples=16))
+    lm.add_points(1, *batch(cols(1, range(0, 50), samples=16)))
     assert lm.sample_total(0.5) == pytest.approx(3200 + 1600)
     assert lm.loss[0].x == list(range(50)) and len(lm.total) == 1
-    lm.add_points(0, [(1, 50, 0.5, float("nan"), 0, None)])  # a point without loss or samples
+    nan = np.array([np.nan])
+    lm.add_points(0, np.array([50]), np.array([0.5]), nan, nan)  # a point without loss or samples
     assert len(lm.loss[0]) == 50
     lm.reset()
     assert len(lm.loss[0]) == 0 and lm.current == [None, None]
 
 
 def test_history_is_exact_and_exports_csv(tmp_path):
-    per_rank = {r: pts(3, range(100), lr=0.1 * (r + 1)) for r in range(4)}
+    per_rank = {r: cols(3, range(100), lr=0.1 * (r + 1)) for r in range(4)}
     h = History.from_ranks(per_rank)
     assert len(h) == 400
     assert h.columns() == ["rank", "cell", "step", "time", "loss", "samples", "lr"]
@@ -64,9 +79,48 @@ def test_history_is_exact_and_exports_csv(tmp_path):
 
 
 def test_history_uses_the_notebooks_cell_numbers():
-    from ddplab.metrics import History
-
-    per_rank = {0: [(3, 0, 0.0, 1.0, 8, None)], 1: [(1, 0, 0.0, 2.0, 8, None)]}  # rank 1 was restarted
+    per_rank = {0: cols(3, [0]), 1: cols(1, [0])}  # rank 1 was restarted: it counts its cells anew
     h = History.from_ranks(per_rank, {(0, 3): 7, (1, 1): 7})
     assert [(row["rank"], row["cell"]) for row in h] == [(0, 7), (1, 7)]
     assert [row["cell"] for row in History.from_ranks(per_rank)] == [3, 1]  # unmapped: as the ranks counted
+
+
+def test_history_is_columnar_small_and_fast():
+    import time
+
+    import numpy as np
+
+    n = 250_000
+    per_rank = {r: cols(1, range(n), lr=0.1, acc=0.5) for r in range(4)}  # 1 M points, two extras on each
+    tic = time.perf_counter()
+    h = History.from_ranks(per_rank)
+    built = time.perf_counter() - tic
+    assert len(h) == 4 * n and h.nbytes / len(h) <= 64, h.nbytes / len(h)
+    assert built < 1.0  # a generous bound for a test; bench/history.py measures it
+    assert h.where(rank=2, step=7).column("acc") == [0.5]
+    assert np.isnan(h.where(rank=0).array("loss")).sum() == 0
+
+
+def test_history_rows_columns_and_where_with_missing_values():
+    import numpy as np
+
+    c = cols(1, range(4))
+    c["loss"][1] = np.nan  # step 1 logged no loss
+    c["samples"][2] = np.nan
+    c["extras"] = {"acc": (np.array([3], dtype="i4"), np.array([0.9]))}  # only the last point has acc
+    h = History.from_ranks({0: c, 2: cols(2, range(2))})
+    assert h.column("loss")[1] is None and h.column("samples")[2] is None and h.column("acc") == [None] * 3 + [0.9] + [None] * 2
+    assert list(h)[3] == {"rank": 0, "cell": 1, "step": 3, "time": 0.03, "loss": 0.25, "samples": 32, "acc": 0.9}
+    assert h[3] == list(h)[3] and h[-1]["rank"] == 2 and "acc" not in h[0]
+    assert len(h.where(loss=None)) == 1 and len(h.where(acc=0.9)) == 1 and len(h.where(nope=1)) == 0
+    assert h.where(rank=2).columns() == ["rank", "cell", "step", "time", "loss", "samples"]  # acc not on rank 2
+    with pytest.raises(IndexError):
+        h[6]
+
+
+def test_history_to_pandas_when_pandas_is_there():
+    import pandas as pd  # optional for users; a test dependency (pyproject's test extra)
+
+    frame = History.from_ranks({0: cols(1, range(3), lr=0.5)}).to_pandas()
+    assert list(frame.columns) == ["rank", "cell", "step", "time", "loss", "samples", "lr"] and len(frame) == 3
+    assert isinstance(frame, pd.DataFrame)

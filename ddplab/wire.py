@@ -1,0 +1,132 @@
+"""The telemetry wire format: data that cannot carry code, signed with the pool's key.
+
+One batch from a rank is one zmq multipart message:
+
+    [signature, header, step, time, loss, samples, (extra index, extra values) ...]
+
+- signature: HMAC-SHA256 of every other frame (each frame's length, then its bytes), with a key
+  the notebook makes per pool and gives the ranks through ipyparallel's signed channel;
+- header: JSON {"v": 1, "rank": r, "cell": c, "n": points, "final": bool,
+  "events": [[time, "phase", name or null], ...], "extras": [name, ...]};
+- step (int64), time, loss, samples (float64; NaN where not logged): n little-endian values each;
+- per extra scalar (lr=..., acc=...): the indices of the points that have it (int32) and its values.
+
+A message whose signature is missing or wrong is dropped before anything of it is parsed; one that
+is signed but malformed is dropped too. Nothing here raises on bad input from a socket: decode()
+returns a reason instead. Stdlib only (engines import this); decoding makes numpy arrays.
+"""
+import hashlib
+import hmac
+import json
+import sys
+from dataclasses import dataclass, field
+
+VERSION = 1
+MAX_POINTS = 1_000_000  # per batch: far more than 0.25 s of logging
+MAX_HEADER = 1 << 20
+COLUMNS = ("step", "time", "loss", "samples")
+TYPECODES = {"step": "q", "time": "d", "loss": "d", "samples": "d"}
+LITTLE = sys.byteorder == "little"
+
+
+def sign(key, frames):
+    mac = hmac.new(key, digestmod=hashlib.sha256)
+    for frame in frames:
+        view = memoryview(frame)
+        mac.update(view.nbytes.to_bytes(8, "little"))
+        mac.update(view)
+    return mac.digest()
+
+
+def encode(key, rank, cell, columns, final=False, events=(), extras=None):
+    """The frames of one batch. columns: step, time, loss, samples as array.array (or any
+    buffer of n 8-byte values); extras: {name: (int32 indices, float64 values)}."""
+    extras = extras or {}
+    n = len(columns["step"])
+    header = json.dumps({"v": VERSION, "rank": rank, "cell": cell, "n": n, "final": bool(final),
+                         "events": [list(e) for e in events], "extras": list(extras)}).encode()
+    frames = [header, *(_little(columns[c]) for c in COLUMNS)]
+    for name in extras:
+        index, values = extras[name]
+        frames += [_little(index), _little(values)]
+    return [sign(key, frames), *frames]
+
+
+def _little(buffer):
+    if LITTLE or not hasattr(buffer, "byteswap"):
+        return buffer
+    swapped = type(buffer)(buffer.typecode, buffer)
+    swapped.byteswap()
+    return swapped
+
+
+@dataclass
+class Batch:
+    """One rank's points since its last batch, as numpy arrays."""
+
+    rank: int
+    cell: int
+    final: bool
+    step: object
+    time: object
+    loss: object
+    samples: object
+    events: list = field(default_factory=list)  # (time, kind, value)
+    extras: dict = field(default_factory=dict)  # name -> (indices, values)
+
+    def __len__(self):
+        return len(self.step)
+
+
+def decode(key, frames):
+    """(Batch, None), or (None, why) for a message to drop: "unsigned" (no or a wrong signature)
+    or "malformed". Checks the signature before it reads anything else."""
+    if len(frames) < 2 + len(COLUMNS) or not hmac.compare_digest(bytes(frames[0]), sign(key, frames[1:])):
+        return None, "unsigned"
+    try:
+        return _parse(frames[1:]), None
+    except (ValueError, TypeError, KeyError, UnicodeDecodeError, OverflowError):
+        return None, "malformed"
+
+
+def _parse(frames):
+    import numpy as np
+
+    raw = bytes(frames[0])
+    if len(raw) > MAX_HEADER:
+        raise ValueError("header too long")
+    h = json.loads(raw)
+    if not isinstance(h, dict) or h.get("v") != VERSION:
+        raise ValueError("not a version 1 batch")
+    rank, cell, n, final = h["rank"], h["cell"], h["n"], h["final"]
+    names, events = h["extras"], h["events"]
+    if not (_whole(rank) and _whole(cell) and _whole(n) and n <= MAX_POINTS and isinstance(final, bool)):
+        raise ValueError("bad header fields")
+    if not (isinstance(names, list) and all(isinstance(x, str) for x in names) and isinstance(events, list)):
+        raise ValueError("bad extras or events")
+    if len(frames) != 1 + len(COLUMNS) + 2 * len(names):
+        raise ValueError("wrong number of frames")
+    cols = {}
+    for c, frame in zip(COLUMNS, frames[1:]):
+        cols[c] = np.frombuffer(frame, dtype="<i8" if c == "step" else "<f8")
+        if len(cols[c]) != n:
+            raise ValueError(f"{c}: {len(cols[c])} values, not {n}")
+    extras = {}
+    rest = frames[1 + len(COLUMNS):]
+    for i, name in enumerate(names):
+        index = np.frombuffer(rest[2 * i], dtype="<i4")
+        values = np.frombuffer(rest[2 * i + 1], dtype="<f8")
+        if len(index) != len(values) or (len(index) and not 0 <= index.min() <= index.max() < n):
+            raise ValueError(f"extra {name!r}: bad indices")
+        extras[name] = (index, values)
+    checked = []
+    for e in events:
+        if not (isinstance(e, list) and len(e) == 3 and isinstance(e[0], (int, float)) and isinstance(e[1], str)
+                and (e[2] is None or isinstance(e[2], str))):
+            raise ValueError("bad event")
+        checked.append(tuple(e))
+    return Batch(rank, cell, final, cols["step"], cols["time"], cols["loss"], cols["samples"], checked, extras)
+
+
+def _whole(x):
+    return isinstance(x, int) and not isinstance(x, bool) and 0 <= x < 2**31
