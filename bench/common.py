@@ -28,10 +28,16 @@ def in_kernel(cells, timeout=1800):
     """Run cells in a fresh Jupyter kernel (nbclient); every line a cell prints as
     'BENCH <json>' is returned, in order."""
     import nbformat
+    from jupyter_client import KernelManager
     from nbclient import NotebookClient
 
     nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(c) for c in cells])
-    NotebookClient(nb, timeout=timeout, kernel_name="python3", resources={"metadata": {"path": ROOT}}).execute()
+    km = KernelManager(kernel_name="python3", transport="ipc")  # no TCP ports to race for, nor to expose
+    try:
+        NotebookClient(nb, km=km, timeout=timeout, resources={"metadata": {"path": ROOT}}).execute(cwd=ROOT)
+    finally:
+        if km.has_kernel:
+            km.shutdown_kernel(now=True)
     found = []
     for cell in nb.cells:
         for out in cell.outputs:

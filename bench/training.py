@@ -72,7 +72,7 @@ def scaling(sizes, steps):
 
 
 def run(quick=False):
-    n, steps, repeats, sizes = (2, 40, 1, (1, 2)) if quick else (4, 1000, 3, (1, 2, 4, 8))
+    n, steps, repeats, sizes = (2, 20, 1, (1,)) if quick else (4, 1000, 3, (1, 2, 4, 8))
     modes = ["on", "off", "nolog"] if quick else ["on", "off", "nolog", "on", "nolog", "off", "off", "on", "nolog", "on"]
     runs = in_notebook(n, steps, modes)
     by = {mode: [r[0] for x, r in zip(modes, runs) if x == mode] for mode in set(modes)}

@@ -68,6 +68,8 @@ def unload_ipython_extension(shell):
     if magics is not None and magics.lab is not None:
         magics.lab.stop()
         magics.lab = None
+    from .lab import _running_labs
     from .launcher import stop_zygote
 
-    stop_zygote()
+    if not _running_labs:  # another Lab of this process may still fork from it
+        stop_zygote()

@@ -21,7 +21,7 @@ class SharedKernel:
 
     def _ensure(self):
         if self.km is None or not self.km.is_alive():
-            self.km = KernelManager(kernel_name="python3")
+            self.km = KernelManager(kernel_name="python3", transport="ipc")  # no TCP ports to race for
             self.km.start_kernel(cwd=str(NOTEBOOKS))
 
     @property

@@ -13,6 +13,7 @@ import sys
 
 import nbformat
 import psutil
+from jupyter_client import KernelManager
 from nbclient import NotebookClient
 
 
@@ -29,10 +30,10 @@ def pss(pid):
 
 def main(path, out, executed):
     nb = nbformat.read(path, as_version=4)
-    client = NotebookClient(nb, timeout=120, kernel_name="python3",
+    client = NotebookClient(nb, km=KernelManager(kernel_name="python3", transport="ipc"), timeout=120,
                             resources={"metadata": {"path": str(pathlib.Path(path).parent)}})
     peak, ranks = 0, 0
-    with client.setup_kernel():
+    with client.setup_kernel(cwd=str(pathlib.Path(path).parent)):
         pid = client.km.provisioner.pid
         for i, cell in enumerate(nb.cells):
             if cell.cell_type != "code":
@@ -42,6 +43,7 @@ def main(path, out, executed):
                 ranks = max(ranks, len(psutil.Process(pid).children(recursive=True)))
                 peak = max(peak, pss(pid))
         client.set_widgets_metadata()
+    client.km.shutdown_kernel(now=True)
     outputs = ["".join(o.get("text", "") or o.get("data", {}).get("text/plain", "") for o in c.outputs)
                for c in nb.cells if c.cell_type == "code"]
     errors = [o.get("evalue") for c in nb.cells if c.cell_type == "code" for o in c.outputs

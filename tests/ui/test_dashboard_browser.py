@@ -167,7 +167,7 @@ ZH_NOTEBOOK = {
         {"cell_type": "code", "metadata": {}, "outputs": [], "execution_count": None,
          "source": "%load_ext ddplab\n%ddp_start 2 --lang zh"},
         {"cell_type": "code", "metadata": {}, "outputs": [], "execution_count": None,
-         "source": "%%ddp\nfrom ddplab.workloads import train_ddp\nsummary = train_ddp(steps=150)"},
+         "source": "%%ddp\nfrom ddplab.workloads import train_ddp\nsummary = train_ddp(steps=80)"},
     ],
     "metadata": {"kernelspec": {"name": "python3", "display_name": "Python 3", "language": "python"}},
     "nbformat": 4, "nbformat_minor": 5,

@@ -67,3 +67,26 @@ def test_each_timeout_says_what_it_limits(ip):
     cell = " ".join(ip.find_cell_magic("ddp").__doc__.split())
     assert "--timeout TIMEOUT" in start and "seconds a collective" in start and "%%ddp --timeout" in start
     assert "seconds this cell may run" in cell and "%ddp_start --timeout" in cell
+
+
+def test_unloading_ends_the_zygote_only_when_no_lab_uses_it(monkeypatch):
+    import ddplab
+    import ddplab.launcher
+    from ddplab import lab
+
+    stopped = []
+    monkeypatch.setattr(ddplab.launcher, "stop_zygote", lambda: stopped.append(True))
+
+    class Shell:
+        pass
+
+    shell = Shell()
+    monkeypatch.setitem(ddplab._magics, id(shell), type("M", (), {"lab": None})())
+    running = type("Running", (), {})()
+    lab._running_labs.add(running)  # another Lab of this process still forks from the zygote
+    ddplab.unload_ipython_extension(shell)
+    assert stopped == []
+    lab._running_labs.discard(running)
+    monkeypatch.setitem(ddplab._magics, id(shell), type("M", (), {"lab": None})())
+    ddplab.unload_ipython_extension(shell)
+    assert stopped == [True]
