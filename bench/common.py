@@ -24,15 +24,24 @@ def ratios(a, b):
     return [x / y for x, y in zip(a, b)]
 
 
+def ipc_kernel():
+    """A kernel manager whose kernel talks over socket files in a private temporary folder: no TCP
+    ports to race for when kernels start side by side, none open to other users."""
+    import tempfile
+
+    from jupyter_client import KernelManager
+
+    return KernelManager(kernel_name="python3", transport="ipc", ip=os.path.join(tempfile.mkdtemp(), "kernel"))
+
+
 def in_kernel(cells, timeout=1800):
     """Run cells in a fresh Jupyter kernel (nbclient); every line a cell prints as
     'BENCH <json>' is returned, in order."""
     import nbformat
-    from jupyter_client import KernelManager
     from nbclient import NotebookClient
 
     nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(c) for c in cells])
-    km = KernelManager(kernel_name="python3", transport="ipc")  # no TCP ports to race for, nor to expose
+    km = ipc_kernel()  # no TCP ports to race for, nor to expose
     try:
         NotebookClient(nb, km=km, timeout=timeout, resources={"metadata": {"path": ROOT}}).execute(cwd=ROOT)
     finally:

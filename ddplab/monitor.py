@@ -203,7 +203,7 @@ class Monitor:
             except KeyboardInterrupt:
                 continue
 
-    def finish(self, grace=0.5):
+    def finish(self, grace=2.0):
         """After the cell: collect every rank's last batch (bounded), the trailing output, and
         return what was seen."""
         expected = {r for r in self.ranks if r not in self.lost}

@@ -6,8 +6,9 @@ import time
 import nbformat
 import psutil
 import pytest
-from jupyter_client import KernelManager
 from nbclient import NotebookClient
+
+from bench.common import ipc_kernel
 
 NOTEBOOKS = pathlib.Path(__file__).resolve().parents[2] / "notebooks"
 ARTIFACTS = pathlib.Path(__file__).resolve().parent / "artifacts"
@@ -21,7 +22,7 @@ class SharedKernel:
 
     def _ensure(self):
         if self.km is None or not self.km.is_alive():
-            self.km = KernelManager(kernel_name="python3", transport="ipc")  # no TCP ports to race for
+            self.km = ipc_kernel()  # no TCP ports to race for
             self.km.start_kernel(cwd=str(NOTEBOOKS))
 
     @property

@@ -13,8 +13,10 @@ import sys
 
 import nbformat
 import psutil
-from jupyter_client import KernelManager
 from nbclient import NotebookClient
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[2]))  # the repository: bench.common
+from bench.common import ipc_kernel  # noqa: E402
 
 
 def pss(pid):
@@ -30,7 +32,7 @@ def pss(pid):
 
 def main(path, out, executed):
     nb = nbformat.read(path, as_version=4)
-    client = NotebookClient(nb, km=KernelManager(kernel_name="python3", transport="ipc"), timeout=120,
+    client = NotebookClient(nb, km=ipc_kernel(), timeout=120,
                             resources={"metadata": {"path": str(pathlib.Path(path).parent)}})
     peak, ranks = 0, 0
     with client.setup_kernel(cwd=str(pathlib.Path(path).parent)):

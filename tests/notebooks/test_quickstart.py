@@ -64,7 +64,7 @@ def test_quickstart_runs_end_to_end_within_binders_memory(tmp_path):
     boxes = [m for m in models if "ddplab-dashboard" in m.get("_dom_classes", ())]
     assert len(boxes) == 1
     html_values = [m.get("value", "") for m in models if m.get("_model_name") == "HTMLModel"]
-    table = next(v for v in html_values if "ddplab-table" in v)
+    table = next(v for v in html_values if '<table class="ddplab-table"' in v)
     assert len(re.findall(r'<tr class="ddplab-rank', table)) == 4 and table.count('data-state="stopped"') == 4
     assert any("ddplab-diagram" in v for v in html_values)
     images = [m for m in models if "ddplab-loss-plot" in m.get("_dom_classes", ())]
