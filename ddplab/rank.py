@@ -33,14 +33,16 @@ class Columns:
         self.extras = {}  # name -> (point indices array("i"), values array("d"))
 
     def __len__(self):
-        return len(self.step)
+        return len(self.samples)  # appended last: a point counts once all its columns have it
 
     def extra(self, name, value):
+        """An extra scalar of the point being logged (appended before its columns: a reader that
+        counts points by len() sees it only with its point)."""
         if name not in self.extras:
             self.extras[name] = (array("i"), array("d"))
         index, values = self.extras[name]
-        index.append(len(self.step) - 1)
         values.append(value)
+        index.append(len(self.samples))
 
     def since(self, start, stop):
         """The columns of points start..stop-1; extras with indices counted from start."""
@@ -79,19 +81,23 @@ def log(loss=None, samples=None, step=None, **scalars):
     if loss is not None:
         loss = loss.item() if hasattr(loss, "item") else float(loss)  # a tensor: its value, not its graph
     c = _log
+    if scalars:  # checked first, then appended before the point (the flusher may read in between)
+        for name, value in [(name, _number(name, value)) for name, value in scalars.items()]:
+            c.extra(name, value)
     c.cell.append(_cell)
     c.step.append(_step)
     c.time.append(time.perf_counter() - _cell_t0)
     c.loss.append(NAN if loss is None else loss)
-    c.samples.append(NAN if samples is None else samples)
-    for name, value in scalars.items():
-        try:
-            c.extra(name, value.item() if hasattr(value, "item") else float(value))
-        except (TypeError, ValueError):
-            raise TypeError(f"ddplab.log({name}={value!r}): extra values must be numbers "
-                            "(lr=0.1, acc=0.93, ...)") from None
+    c.samples.append(NAN if samples is None else samples)  # last: now the point counts
     if _fault is not None:
         _drill(_step)
+
+
+def _number(name, value):
+    try:
+        return value.item() if hasattr(value, "item") else float(value)
+    except (TypeError, ValueError):
+        raise TypeError(f"ddplab.log({name}={value!r}): extra values must be numbers (lr=0.1, acc=0.93, ...)") from None
 
 
 class FaultDrill(RuntimeError):
@@ -147,8 +153,10 @@ def history():
         cols = {name: np.frombuffer(getattr(c, name), dtype=dtype)[:n].copy()
                 for name, dtype in (("cell", "i4"), ("step", "i8"), ("time", "f8"), ("loss", "f8"),
                                     ("samples", "f8"))}
-        cols["extras"] = {name: (np.frombuffer(index, dtype="i4").copy(), np.frombuffer(values, dtype="f8").copy())
-                          for name, (index, values) in c.extras.items()}
+        cols["extras"] = {}
+        for name, (index, values) in c.extras.items():
+            k = bisect_left(index, n)  # an extra of a point still being logged waits for its point
+            cols["extras"][name] = (np.frombuffer(index, dtype="i4")[:k].copy(), np.frombuffer(values, dtype="f8")[:k].copy())
     return cols
 
 

@@ -74,3 +74,22 @@ def test_no_ddplab_module_unpickles():
             if name.endswith(".py"):
                 text = open(os.path.join(folder, name)).read()
                 assert "pickle.load" not in text and "import pickle" not in text, name
+
+
+def test_a_point_half_logged_by_one_thread_is_not_sent_by_the_other():
+    """log() appends column by column while the sender thread may read: a reader sees a point only
+    once all its columns (and its extras) are there."""
+    from ddplab.rank import Columns
+
+    c = Columns()
+    for s in range(3):
+        c.extra("lr", 0.1)
+        for name, value in (("cell", 1), ("step", s), ("time", s * 0.1), ("loss", 1.0), ("samples", 8.0)):
+            getattr(c, name).append(value)
+    c.extra("lr", 0.5)  # the 4th point, half logged: its extra and two of its columns
+    c.cell.append(1)
+    c.step.append(3)
+    assert len(c) == 3
+    cols, extras = c.since(0, len(c))
+    batch, why = wire.decode(KEY, wire.encode(KEY, 0, 1, cols, extras=extras))
+    assert why is None and len(batch) == 3 and batch.extras["lr"][1].tolist() == [0.1] * 3
