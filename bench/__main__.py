@@ -13,7 +13,7 @@ import time
 
 import psutil
 
-SUITE = ["log_cost", "start", "training", "history", "dashboard_scale"]
+SUITE = ["log_cost", "start", "training", "history", "dashboard_scale", "hosts"]
 
 
 def machine():

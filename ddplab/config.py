@@ -22,6 +22,7 @@ from traitlets.config import SingletonConfigurable
 from .errors import BadRequest
 
 LAUNCHERS = ("local", "local-spawn")  # local pools; any other name is an ipyparallel engine launcher
+ATTACHED = "attached"  # engines someone else started: --connect PATH or --profile NAME
 
 
 class DDPLab(SingletonConfigurable):
@@ -89,10 +90,14 @@ def _seconds(value, what, limit=86400):
 class PoolConfig:
     """What one pool is. Build it with PoolConfig.make(...), which checks every value.
 
-    ranks: how many; timeout: seconds a collective may wait (gloo); threads: torch threads per rank;
-    rendezvous: "file" (a FileStore in the pool's private folder: no port) or "tcp://HOST:PORT";
-    launcher: "local" (engines forked from a zygote), "local-spawn" (ipyparallel's own local
-    launcher) or an ipyparallel engine launcher ("mpi", "ssh", "slurm", ...);
+    ranks: how many (None for an attached pool: every engine registered); timeout: seconds a
+    collective may wait (gloo); threads: torch threads per rank (0: each rank's host's cores shared
+    among its ranks on that host); rendezvous: "file" (a FileStore in the pool's private folder: no
+    port) or "tcp://HOST:PORT" (a local pool only); launcher: "local" (engines forked from a
+    zygote), "local-spawn" (ipyparallel's own local launcher), an ipyparallel engine launcher
+    ("mpi", "ssh", "slurm", ...: started with the settings of `profile`), or "attached" (engines
+    someone else started, through the controller's connection file `connect` or an ipcluster's
+    `profile` and `cluster_id`); ifname: the network interface every rank uses toward its peers;
     lang, dashboard: how the notebook shows it; start_timeout: seconds a start may take.
     """
 
@@ -104,34 +109,72 @@ class PoolConfig:
     lang: str = "en"
     dashboard: bool = True
     start_timeout: float = 120.0
+    connect: str = None
+    profile: str = None
+    cluster_id: str = None
+    ifname: str = None
 
     @property
     def local(self):
         return self.launcher in LAUNCHERS
 
+    @property
+    def attached(self):
+        return self.launcher == ATTACHED
+
     @classmethod
-    def make(cls, ranks=None, timeout=None, threads=None, *, rendezvous="file", launcher="local", lang=None,
-             dashboard=None, start_timeout=None):
+    def make(cls, ranks=None, timeout=None, threads=None, *, rendezvous="file", launcher=None, lang=None,
+             dashboard=None, start_timeout=None, connect=None, profile=None, cluster_id=None, ifname=None):
         """Check every setting once; None takes the DDPLab default. Raises BadRequest (one line)."""
         from .system import cores, default_ranks, free_gib, max_local_ranks
 
         t = tunables()
-        ranks = _whole(ranks, "the number of ranks", 1) or t.ranks or default_ranks()
-        if launcher in LAUNCHERS and ranks > max_local_ranks():
-            raise BadRequest(f"{ranks} ranks is more than this machine can hold ({cores()} cores, "
-                             f"{free_gib():.1f} GiB free; at most {max_local_ranks()}): ask for fewer ranks")
+        launcher = _launcher(launcher, connect, profile, cluster_id)
+        ranks = _whole(ranks, "the number of ranks", 1)
+        if launcher in LAUNCHERS:
+            ranks = ranks or t.ranks or default_ranks()
+            if ranks > max_local_ranks():
+                raise BadRequest(f"{ranks} ranks is more than this machine can hold ({cores()} cores, "
+                                 f"{free_gib():.1f} GiB free; at most {max_local_ranks()}): ask for fewer ranks")
+        elif launcher != ATTACHED:
+            ranks = ranks or t.ranks or default_ranks()
         timeout = _seconds(t.timeout if timeout is None else timeout, "timeout")
-        threads = _whole(threads, "threads per rank", 1) or max(1, cores() // ranks)
-        if rendezvous != "file" and not str(rendezvous).startswith("tcp://"):
-            raise BadRequest(f"rendezvous must be 'file' or 'tcp://HOST:PORT', got {rendezvous!r}")
-        if not isinstance(launcher, str) or not launcher:
-            raise BadRequest(f"launcher must be a name such as 'local' or 'mpi', got {launcher!r}")
+        threads = _whole(threads, "threads per rank", 1)
+        if threads is None:
+            threads = max(1, cores() // ranks) if launcher in LAUNCHERS else 0  # 0: per host, on the ranks
+        if rendezvous != "file" and not (str(rendezvous).startswith("tcp://") and launcher in LAUNCHERS):
+            raise BadRequest(f"rendezvous must be 'file' or (a local pool) 'tcp://HOST:PORT', got {rendezvous!r}; "
+                             "pools across hosts use ddplab's signed store on rank 0")
         lang = t.lang if lang is None else lang
         if lang not in ("en", "zh"):
             raise BadRequest(f"lang must be 'en' or 'zh', got {lang!r}")
+        if ifname is not None and (not isinstance(ifname, str) or not ifname.strip() or "/" in ifname):
+            raise BadRequest(f"--ifname names a network interface, such as eth0, got {ifname!r}")
         start_timeout = _seconds(t.start_timeout if start_timeout is None else start_timeout, "start_timeout")
         dashboard = t.dashboard if dashboard is None else bool(dashboard)
-        return cls(ranks, timeout, threads, rendezvous, launcher, lang, dashboard, start_timeout)
+        return cls(ranks, timeout, threads, rendezvous, launcher, lang, dashboard, start_timeout,
+                   connect and os.path.abspath(os.path.expanduser(connect)), profile, cluster_id, ifname)
+
+
+def _launcher(launcher, connect, profile, cluster_id):
+    """Which kind of pool the options ask for (checks they fit together)."""
+    if connect is not None and profile is not None:
+        raise BadRequest("--connect and --profile both say where the controller is: give one")
+    if cluster_id is not None and profile is None:
+        raise BadRequest("--cluster-id picks a cluster of a --profile: give the profile too")
+    if connect is not None:
+        if launcher not in (None, ATTACHED):
+            raise BadRequest("--connect attaches to engines already running: --engines cannot start more there")
+        path = os.path.abspath(os.path.expanduser(connect))
+        if not os.path.isfile(path):
+            raise BadRequest(f"no file {path}: give the controller's ipcontroller-client.json (in its profile's "
+                             "security folder, e.g. ~/.ipython/profile_default/security/)")
+        return ATTACHED
+    if launcher is None:
+        return ATTACHED if profile is not None else "local"
+    if not isinstance(launcher, str) or not launcher.strip():
+        raise BadRequest(f"launcher must be a name such as 'local', 'mpi', 'ssh' or 'slurm', got {launcher!r}")
+    return launcher
 
 
 __all__ = ["DDPLab", "PoolConfig", "tunables"]

@@ -1,8 +1,9 @@
 """The gloo process group over a pool's engines: rendezvous, form (and re-form), close.
 
-Locally the rendezvous is a FileStore in the pool's private folder: it opens no network port
-(torch's TCPStore listens on every interface whatever host it is given). "tcp://HOST:PORT" makes
-rank 0 host a TCPStore there instead (PORT 0: a free port), for engines on other hosts.
+Locally the rendezvous is a FileStore in the pool's private folder: it opens no network port.
+Across hosts it is a signed store that rank 0 serves on its own address (store.py): torch's
+TCPStore accepts anyone, and its clients look up their own address's name on every connection
+(10 s each where DNS does not answer). gloo is pinned to each rank's own interface.
 """
 import os
 import socket
@@ -21,17 +22,26 @@ class Group:
         self.info = []  # per rank, what it reported on joining: rank, engine, pid, host, threads, ports
 
     def rendezvous(self):
-        if self.config.rendezvous == "file":
-            path = os.path.join(self.pool.workdir, f"rendezvous-{self.generation}")
+        """Where the ranks meet: a file in the private folder (a local pool: no port), or the
+        signed store that rank 0 serves on its own address (store.py)."""
+        pool, cfg = self.pool, self.config
+        if pool.local and cfg.rendezvous == "file":
+            path = os.path.join(pool.workdir, f"rendezvous-{self.generation}")
             os.close(os.open(path, os.O_WRONLY | os.O_CREAT, 0o600))  # torch's FileStore keeps this mode
             return "file://" + path
-        host, _, port = self.config.rendezvous[len("tcp://"):].rpartition(":")
-        host = host or "127.0.0.1"
-        if port in ("", "0"):
-            with socket.socket() as s:
-                s.bind((host, 0))
-                port = s.getsockname()[1]
-        return f"tcp://{host}:{port}"
+        if pool.local:  # tcp://HOST:PORT asked for a local pool
+            host, _, port = cfg.rendezvous[len("tcp://"):].rpartition(":")
+            host = host or "127.0.0.1"
+            if port in ("", "0"):
+                with socket.socket() as s:
+                    s.bind((host, 0))
+                    port = s.getsockname()[1]
+            return f"tcp://{host}:{port}"
+        from .rank import _serve_store
+
+        address = pool.facts[0]["ip"]
+        port = pool.client[pool.engine_ids[0]].apply_sync(_serve_store, address, self.telemetry.key)
+        return f"signed://{address}:{port}"
 
     def form(self, deadline, say=None):
         """(Re-)form the group on every rank. Returns (seconds, objects tied to the old group:
@@ -39,24 +49,29 @@ class Group:
         from .rank import form_group
 
         tic = time.perf_counter()
-        n, eids, client = self.config.ranks, self.pool.engine_ids, self.pool.client
+        pool, cfg = self.pool, self.config
+        n, eids, client = cfg.ranks, pool.engine_ids, pool.client
         self.generation += 1
         where = self.rendezvous()
         if say:
-            say(f"starting {n} ranks: importing torch, forming the gloo group")
+            say(f"starting {n} ranks: forming the gloo group")
         address, key = (self.telemetry.address, self.telemetry.key) if self.telemetry else (None, b"")
-        ars = [client[eid].apply_async(form_group, r, n, where, self.config.timeout, self.config.threads,
-                                       address, tunables().flush, key)
+        threads = pool.threads_per_rank(cfg.threads)
+        ifnames = [f["ifname"] for f in pool.facts] if pool.facts else [None] * n
+        ars = [client[eid].apply_async(form_group, r, n, where, cfg.timeout, threads[r], address, tunables().flush,
+                                       key, ifnames[r])
                for r, eid in enumerate(eids)]
         for ar in ars:
             if not ar.wait(max(0.0, deadline - time.perf_counter())):
-                raise StartFailed(f"the gloo group did not form in {self.config.start_timeout:.0f} s: try again")
+                raise StartFailed(f"the gloo group did not form in {cfg.start_timeout:.0f} s: try again")
         for r, ar in enumerate(ars):
             try:
                 ar.get()
             except Exception as exc:  # noqa: BLE001 - reported with its text
                 raise StartFailed(f"rank {r} could not join the gloo group: {exc}") from exc
         self.info = [dict(ar.get(), engine=eid) for eid, ar in zip(eids, ars)]
+        for i, facts in zip(self.info, pool.facts):
+            i.update(address=facts["ip"], ifname=facts["ifname"])
         stale = sorted({tuple(s) for i in self.info for s in i.pop("stale", [])})
         return time.perf_counter() - tic, stale
 

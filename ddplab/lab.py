@@ -11,6 +11,7 @@ import secrets
 import threading
 import time
 import weakref
+from dataclasses import replace
 
 from . import cell
 from . import state as st
@@ -21,7 +22,7 @@ from .errors import (BadRequest, CellTimeout, NameMissing, PoolAlreadyRunning, P
                      RankLost, StartFailed)
 from .group import Group
 from .monitor import Hooks
-from .pool import LocalPool
+from .pool import make_pool
 from .system import cores, default_ranks, is_gone, max_local_ranks
 from .telemetry import Live, Telemetry
 
@@ -43,11 +44,12 @@ class Lab:
     as "mpi"), start_timeout. Or pass a ready PoolConfig as config=.
     """
 
-    def __init__(self, ranks=None, timeout=None, threads_per_rank=None, *, rendezvous="file", launcher="local",
-                 start_timeout=None, config=None):
+    def __init__(self, ranks=None, timeout=None, threads_per_rank=None, *, rendezvous="file", launcher=None,
+                 start_timeout=None, connect=None, profile=None, cluster_id=None, ifname=None, config=None):
         self.config = config or PoolConfig.make(ranks, timeout, threads_per_rank, rendezvous=rendezvous,
-                                                launcher=launcher, start_timeout=start_timeout)
-        self.live = Live.new(self.config.ranks)
+                                                launcher=launcher, start_timeout=start_timeout, connect=connect,
+                                                profile=profile, cluster_id=cluster_id, ifname=ifname)
+        self.live = Live.new(self.config.ranks or 0)  # an attached pool: its size once attached
         self.view = View()  # what shows the pool live: a Dashboard, a TextView, ... (dashboard/view.py)
         self.pool = self.group = self.telemetry = None
         self.faults = {}  # rank -> the fault drill set on it (%ddp_fault)
@@ -87,8 +89,12 @@ class Lab:
         return f"<Lab {self.world_size} ranks, gloo, {self.threads} thread(s)/rank, {what}>"
 
     def ready_message(self):
-        threads = f"{self.threads} {plural(self.threads, 'thread')} per rank"
-        return f"{self.world_size} ranks ready in {self.start_seconds:.1f} s (gloo, {threads})"
+        counts = sorted({i.get("threads") for i in self.info if i.get("threads")}) or [self.threads]
+        threads = (f"{counts[0]} {plural(counts[0], 'thread')} per rank" if len(counts) == 1
+                   else f"{counts[0]}-{counts[-1]} threads per rank")
+        hosts = sorted({i.get("host") for i in self.info if i.get("host")})
+        where = f", on {len(hosts)} hosts" if self.pool is not None and not self.pool.local and len(hosts) > 1 else ""
+        return f"{self.world_size} ranks ready in {self.start_seconds:.1f} s (gloo, {threads}{where})"
 
     # ------------------------------------------------------------------ lifecycle
     def _say(self, progress):
@@ -108,13 +114,16 @@ class Lab:
                 "%ddp_stop (Lab.stop()) first, or %ddp_restart (Lab.restart())")
         tic = time.perf_counter()
         deadline = tic + self.config.start_timeout
-        self.live = Live.new(self.world_size)
+        self.live = Live.new(self.config.ranks or 0)
         self.faults = {}
         say = self._say(progress)
-        self.pool = LocalPool(self.config.launcher, self.config.threads)
+        self.pool = make_pool(self.config)
         _running_labs.add(self)
         try:
-            self.pool.start(self.world_size, deadline, say)
+            engines = self.pool.start(self.config.ranks, deadline, say)
+            if len(engines) != self.config.ranks:  # attached to every engine there is
+                self.config = replace(self.config, ranks=len(engines))
+                self.live = Live.new(len(engines))
             self.run_state.set_all(st.INIT)
             self.telemetry = Telemetry(self.pool.telemetry_where(), secrets.token_bytes(32))
             self.group = Group(self.pool, self.config, self.telemetry)
@@ -144,12 +153,16 @@ class Lab:
         """Process ids of every process of the pool (for checks that nothing is left)."""
         return self.pool.pids() if self.pool is not None else []
 
-    def stop(self):
-        """End engines, controller and every helper process; remove the private folder."""
+    def stop(self, shutdown=False):
+        """End the pool. A pool this notebook started: engines, controller, every helper process
+        and the private folder. One attached to engines started elsewhere: the group is left and
+        the engines keep running (shutdown=True stops them and their controller)."""
         self._watching.set()
         with self._lock:
             if self.pool is not None:
-                self.pool.stop()
+                if not self.pool.started_engines and self.pool.client is not None:
+                    self._leave_group()
+                self.pool.stop(shutdown=shutdown)
             self.pool = None
             self._views = {}
             if self.telemetry is not None:
@@ -158,6 +171,15 @@ class Lab:
             self.run_state.set_all(st.STOPPED)
             self.show("update")
             _running_labs.discard(self)
+
+    def _leave_group(self):
+        from .rank import _leave
+
+        live = [e for e in self.pool.engine_ids if e in self.pool.client.ids]
+        try:
+            self.pool.client[live].apply_async(_leave).get(timeout=10)
+        except Exception:  # noqa: BLE001 - a rank that cannot leave still has its engine; nothing to end
+            pass
 
     def restart(self, progress=None, everything=False):
         """Bring back a full group. If ranks were lost (and everything is not asked), restart
@@ -171,6 +193,12 @@ class Lab:
             kept = [r for r in range(self.world_size) if r not in lost]
             return (f"restarted {ranks_text(lost)} in {seconds:.1f} s ({plural(len(lost), 'its')} variables "
                     f"are gone; {ranks_text(kept)} kept theirs); group re-formed")
+        if not self.pool.started_engines:  # engines started elsewhere: the same ones, emptied
+            tic = time.perf_counter()
+            self._view(list(range(self.world_size))).execute("%reset -f", block=True)
+            self._form(tic + self.config.start_timeout, self._say(progress))
+            self.start_seconds = time.perf_counter() - tic
+            return f"restarted: {self.ready_message()}; every rank's variables were cleared, the engines kept"
         self.start_seconds = self.restart_ranks(range(self.world_size), progress)
         return f"restarted: {self.ready_message()}; variables from before are gone"
 
@@ -313,10 +341,14 @@ class Lab:
     def _recover(self, plan):
         """Act on what cell.plan_recovery decided; return what was done, for the user."""
         seconds, stale = 0.0, ()
-        if plan.restart:
-            seconds = self.restart_ranks(plan.restart)
-        elif plan.reform:
-            seconds, stale = self._form(time.perf_counter() + self.config.start_timeout)
+        try:
+            if plan.restart:
+                seconds = self.restart_ranks(plan.restart)
+            elif plan.reform:
+                seconds, stale = self._form(time.perf_counter() + self.config.start_timeout)
+        except Exception as exc:  # noqa: BLE001 - the cell's own report comes first; this says what is left
+            return [f"the group could not be formed again ({type(exc).__name__}: {exc}): %ddp_restart "
+                    "(Lab.restart()) brings back a full group"]
         return cell.recovery_notes(plan, self.world_size, tunables().escalate, seconds, stale)
 
     def gather(self, name, ranks=None):
@@ -411,13 +443,15 @@ class Lab:
 
     # ------------------------------------------------------------------ reporting
     def status(self):
-        """One dict per rank: rank, engine, pid, host, threads, state."""
+        """One dict per rank: rank, engine, pid, host, address (and interface, across hosts),
+        threads, state."""
         rows = []
         for r in range(self.world_size):
             info = self.info[r] if r < len(self.info) and self.running else {}
+            address = f"{info['address']} ({info['ifname']})" if info.get("address") else "loopback"
             rows.append({"rank": r, "engine": info.get("engine"), "pid": info.get("pid"),
-                         "host": info.get("host"), "threads": info.get("threads"),
-                         "state": self.run_state.states[r]})
+                         "host": info.get("host"), "address": address if info else None,
+                         "threads": info.get("threads"), "state": self.run_state.states[r]})
         return rows
 
 

@@ -73,20 +73,38 @@ class DDPMagics(Magics):
 
     @magic_arguments()
     @argument("ranks", nargs="?", type=int,
-              help=f"number of ranks (default here: {default_ranks()}, from the cores, at most 4)")
+              help=f"number of ranks (default here: {default_ranks()}, from the cores, at most 4; attached: "
+                   "every engine registered)")
     @argument("--timeout", type=float, default=None,
               help="seconds a collective (all_reduce, barrier, ...) may wait for the other ranks before gloo "
                    "fails it (default 30; DDPLab.timeout). Not a limit on cells: that is %%%%ddp --timeout")
     @argument("--threads", type=int, default=None,
-              help="torch threads per rank (default: cores // ranks, at least 1)")
+              help="torch threads per rank (default: the host's cores // its ranks, at least 1)")
     @argument("--lang", choices=("en", "zh"), default=None, help="dashboard labels: en or zh (中文)")
     @argument("--no-dashboard", action="store_true", help="no live dashboard (text output only)")
+    @argument("--connect", metavar="PATH", default=None,
+              help="attach to the engines of a running controller, through its ipcontroller-client.json")
+    @argument("--profile", metavar="NAME", default=None,
+              help="attach to the cluster `ipcluster start --profile NAME` made (or, with --engines, start one "
+                   "with that profile's settings)")
+    @argument("--cluster-id", metavar="ID", default=None, help="which cluster of the --profile (ipcluster --cluster-id)")
+    @argument("--engines", metavar="LAUNCHER", default=None,
+              help="start the engines with this ipyparallel launcher: mpi, ssh, slurm, ... (settings: --profile)")
+    @argument("--ifname", metavar="NAME", default=None,
+              help="the network interface every rank uses toward its peers (default: the one that reaches the "
+                   "controller)")
     @line_magic
     def ddp_start(self, line):
-        """Start N ipyparallel engines that form one gloo process group.
+        """Start N ipyparallel engines that form one gloo process group, or attach to engines that
+        are already running (on this machine or others) and make them a group.
 
         Every rank then has rank, world_size, torch, dist and nn defined.
         Defaults come from %config DDPLab (e.g. %config DDPLab.lang = "zh").
+
+            %ddp_start 4                                   # 4 engines on this machine
+            %ddp_start --connect ~/cluster/ipcontroller-client.json   # every engine of that controller
+            %ddp_start --profile mycluster                 # the cluster ipcluster started with that profile
+            %ddp_start 8 --engines slurm --profile slurm   # start 8 engines through Slurm
         """
         args = _parse(self.ddp_start, line)
         if args.timeout is not None and not math.isfinite(args.timeout):
@@ -96,13 +114,19 @@ class DDPMagics(Magics):
                   "Use %ddp_restart for a fresh pool, or %ddp_stop then %ddp_start N.", file=sys.stderr)
             return
         config = _usage(PoolConfig.make, args.ranks, args.timeout, args.threads, lang=args.lang,
-                        dashboard=False if args.no_dashboard else None)
+                        dashboard=False if args.no_dashboard else None, launcher=args.engines,
+                        connect=args.connect, profile=args.profile, cluster_id=args.cluster_id, ifname=args.ifname)
         lab = Lab(config=config)
-        lab.view = make_view(config)
-        lab.view.show()  # the dashboard shows the ranks go through starting -> init -> ready
+        if config.ranks:  # the dashboard shows the ranks go through starting -> init -> ready
+            lab.view = make_view(config)
+            lab.view.show()
         progress = None if lab.view.shows_progress else Progress()
         _usage(lab.start, progress=progress)
         self.lab = lab
+        if not config.ranks:  # attached: as many ranks as engines, known now
+            lab.view = make_view(lab.config)
+            lab.view.show()
+            lab.show("update")
         message = lab.ready_message() + "; run code on every rank with %%ddp"
         if progress is not None:
             progress.done(message)
@@ -170,7 +194,7 @@ class DDPMagics(Magics):
         lab = self.lab
         print(f"{lab.world_size} ranks, backend gloo, rendezvous {lab.rendezvous}, "
               f"collective timeout {lab.timeout:g} s, started in {lab.start_seconds:.1f} s")
-        cols = ("rank", "engine", "pid", "host", "threads", "state")
+        cols = ("rank", "engine", "pid", "host", "address", "threads", "state")
         rows = [[str(row[c]) for c in cols] for row in lab.status()]
         widths = [max(len(c), *(len(r[i]) for r in rows)) for i, c in enumerate(cols)]
         for r in [list(cols)] + rows:
@@ -246,15 +270,32 @@ class DDPMagics(Magics):
             raise UsageError(f"--at-step is for kill and raise, not {args.kind}")
         print(f"ddplab: {_usage(lab.fault, args.kind, args.rank, at_step=args.at_step, factor=args.factor)}")
 
+    @magic_arguments()
+    @argument("--shutdown", action="store_true",
+              help="an attached pool: stop its engines and their controller too (they were started elsewhere)")
     @line_magic
     def ddp_stop(self, line):
-        """Stop the pool: engines, controller and every helper process."""
-        if line.strip():
-            raise UsageError("%ddp_stop takes no arguments")
+        """Stop the pool: engines, controller and every helper process. A pool attached to engines
+        started elsewhere (--connect, --profile) leaves the group and the engines running, unless
+        --shutdown."""
+        args = _parse(self.ddp_stop, line)
         if self.lab is None or not self.lab.running:
             print("ddplab: no pool is running")
             return
         tic = time.perf_counter()
-        n = self.lab.world_size
-        self.lab.stop()
-        print(f"ddplab: stopped {n} ranks in {time.perf_counter() - tic:.1f} s")
+        lab, n = self.lab, self.lab.world_size
+        attached = not lab.pool.started_engines
+        lost = lab.find_lost()
+        hosts = sorted({row["host"] for row in lab.status() if row["host"] and row["rank"] not in lost})
+        if attached:
+            n -= len(lost)
+        lab.stop(shutdown=args.shutdown)
+        seconds = time.perf_counter() - tic
+        if not attached:
+            print(f"ddplab: stopped {n} ranks in {seconds:.1f} s")
+        elif args.shutdown:
+            print(f"ddplab: left the group and shut down its {n} engines and their controller in {seconds:.1f} s")
+        else:
+            print(f"ddplab: left the group in {seconds:.1f} s; the {n} engines (started elsewhere, on "
+                  f"{', '.join(hosts)}) keep running: %ddp_start --connect groups them again, "
+                  "%ddp_stop --shutdown stops them")

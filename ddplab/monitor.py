@@ -206,6 +206,10 @@ class Monitor:
     def finish(self, grace=2.0):
         """After the cell: collect every rank's last batch (bounded), the trailing output, and
         return what was seen."""
+        now = time.monotonic()
+        for r, why in self.hooks.lost(self.ranks).items():  # an engine that died may have answered with an
+            if r not in self.lost:                          # error first (ipyparallel's "engine died")
+                self._lose(r, why, now)
         expected = {r for r in self.ranks if r not in self.lost}
         deadline = time.monotonic() + grace
         self.poll()

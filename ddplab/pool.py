@@ -7,10 +7,12 @@ stops. It is the only owner of lost-rank bookkeeping. `LocalPool` starts the eng
 engines someone else started is another class with the same interface, and nothing above
 this module changes for it.
 """
+import json
 import logging
 import os
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -20,7 +22,7 @@ from dataclasses import dataclass
 import psutil
 
 from .config import tunables
-from .errors import StartFailed
+from .errors import BadRequest, StartFailed
 from .system import exit_reason, is_gone, kill, loopback_interface, wait_gone
 
 log = logging.getLogger("ddplab.ipyparallel")  # what ipyparallel logs about the pool (DDPLab.debug)
@@ -65,6 +67,13 @@ def guard_client(client):
     return dropped
 
 
+def route_to(ip):
+    """This machine's address on the route to `ip` (UDP connect: nothing is sent)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        s.connect((ip, 9))
+        return s.getsockname()[0]
+
+
 def private(folder):
     """Make every file under `folder` readable by its owner only (0600; folders 0700)."""
     for root, dirs, files in os.walk(folder):
@@ -96,16 +105,62 @@ class Pool:
     workdir = None
     local = True
     dropped = {}  # ipyparallel channel -> malformed messages its Client dropped (guard_client)
+    started_engines = True  # False: engines someone else started (stop leaves them running)
 
-    def __init__(self):
+    def __init__(self, ifname=None):
         self.engine_ids = []
         self.hosts = {}  # rank -> host, from track()
+        self.facts = []  # remote pools, per rank: host, pid, ip, ifname, cores (rank._reach)
+        self.ifname = ifname  # the interface every rank uses toward its peers, if the user named one
         self._lost = {}  # rank -> Lost: the one record of lost ranks
 
     def telemetry_where(self):
         """Where the notebook's telemetry socket listens: a socket file in the private folder
-        (other users cannot reach it) when every engine is on this machine, else TCP."""
-        return f"ipc://{self.workdir}" if self.local else "tcp://0.0.0.0"
+        (other users cannot reach it) when every engine is on this machine, else TCP on the
+        address this machine uses toward the controller (signed: wire.py)."""
+        return f"ipc://{self.workdir}" if self.local else f"tcp://{route_to(self.controller_ip())}"
+
+    def controller_ip(self):
+        """The controller's address as its connection file gives it."""
+        info = self.connection_info()
+        host = info["interface"].split("://", 1)[-1].rsplit(":", 1)[0]
+        if host in ("*", "0.0.0.0", ""):
+            host = info.get("location") or "127.0.0.1"
+        return socket.gethostbyname(host)  # an address stays as it is; a name is looked up here, once
+
+    def connection_info(self):
+        raise NotImplementedError
+
+    def locate(self, eids, deadline):
+        """Ask each engine where it is (rank._reach); return (eids ordered by host, then engine id;
+        their facts in the same order)."""
+        from .rank import _reach
+
+        controller = self.controller_ip()
+        ar = self.client[list(eids)].apply_async(_reach, controller, self.ifname)
+        if not ar.wait(max(0.1, deadline - time.perf_counter())):
+            raise StartFailed("the engines did not say where they are in time: are they busy?")
+        try:
+            facts = ar.get()
+        except Exception as exc:  # noqa: BLE001 - e.g. --ifname names an interface a host lacks
+            raise StartFailed(f"an engine could not find its address: {getattr(exc, 'evalue', exc)}") from exc
+        order = sorted(zip(facts, eids), key=lambda fe: (fe[0]["host"], fe[1]))
+        return [e for _, e in order], [f for f, _ in order]
+
+    def place(self, eids, facts):
+        """These engines, in this order, are the ranks."""
+        self.engine_ids, self.facts = list(eids), list(facts)
+        self.hosts = {r: f["host"] for r, f in enumerate(facts)}
+
+    def threads_per_rank(self, configured):
+        """Torch threads per rank: as configured, or the cores of the rank's host shared among the
+        ranks on that host (at least 1)."""
+        if configured or not self.facts:
+            return [configured or 1] * len(self.engine_ids)
+        per_host = {}
+        for f in self.facts:
+            per_host[f["host"]] = per_host.get(f["host"], 0) + 1
+        return [max(1, f["cores"] // per_host[f["host"]]) for f in self.facts]
 
     def lost(self, ranks=None):
         """rank -> Lost for every rank (of `ranks`) whose engine is gone; cheap enough per poll."""
@@ -124,6 +179,16 @@ class Pool:
         if self.client is not None and rank < len(self.engine_ids) and self.engine_ids[rank] not in self.client.ids:
             return exit_reason(None)  # the controller no longer hears it
         return None
+
+    def kill_remote(self, eids):
+        """SIGKILL engines on other hosts through their nannies (ipengine starts one by default),
+        or, without a nanny, ask the engine to shut down."""
+        eids = [e for e in eids if self.client is not None and e in self.client.ids]
+        if eids:
+            try:
+                self.client.send_signal(signal.SIGKILL, targets=eids, block=True)
+            except Exception:  # noqa: BLE001 - no nanny there
+                self.client.shutdown(targets=eids, block=False)
 
     def track(self, info):
         """What each rank reported when it joined the group (pid, host): rank order."""
@@ -164,9 +229,9 @@ class LocalPool(Pool):
     engine launcher ("mpi", "ssh", "slurm", ...). A reaper process ends it if the kernel dies.
     Its private folder (0700) holds the connection files, pid list and rendezvous files."""
 
-    def __init__(self, launcher="local", threads=1):
-        super().__init__()
-        self.launcher = launcher
+    def __init__(self, launcher="local", threads=1, profile=None, ifname=None):
+        super().__init__(ifname)
+        self.launcher, self.profile = launcher, profile
         self.local = launcher in ("local", "local-spawn")
         self.threads = threads
         self.forked = launcher == "local"  # controller and engines forked from the zygote
@@ -186,37 +251,47 @@ class LocalPool(Pool):
         return env
 
     def start(self, n, deadline, say):
-        import ipyparallel as ipp
-        from traitlets.config import Config
-
-        from .launcher import ForkedControllerLauncher, ForkedEngineSetLauncher, zygote
+        from .launcher import zygote
 
         self.workdir = tempfile.mkdtemp(prefix="ddplab-")  # mode 0700
         self._reaper = subprocess.Popen([sys.executable, "-m", "ddplab.reaper", str(os.getpid()), self.workdir],
                                         stdin=subprocess.DEVNULL, start_new_session=True)
         if self.forked:
             zygote()  # usually started at %load_ext ddplab, and warm since
-        log.setLevel(logging.DEBUG if tunables().debug else logging.CRITICAL)
-        engines = {"local": ForkedEngineSetLauncher, "local-spawn": "local"}.get(self.launcher, self.launcher)
-        self.cluster = ipp.Cluster(
-            profile_dir=self.workdir, cluster_id="ddplab", config=Config(), load_profile=False,
-            log=log, shutdown_atexit=False, engines=engines,
-            controller=ForkedControllerLauncher if self.forked else "local",
-            controller_ip="127.0.0.1" if self.local else "",
-            controller_args=[f"--HeartMonitor.period={tunables().heartbeat_ms}"])
+        self.cluster = self.make_cluster()
         say(f"starting {n} ranks: controller ...")
         self.cluster.start_controller_sync()
         self.client = self.cluster.connect_client_sync()
         self.dropped = guard_client(self.client)
-        self.engine_ids = self._add_engines(n, deadline, say)
+        self.place(*self._add_engines(n, deadline, say))
         private(self.workdir)  # what ipyparallel wrote from this process (its cluster file) too
         return self.engine_ids
+
+    def make_cluster(self):
+        """ipyparallel's Cluster for this pool (not started): its controller and engine launchers,
+        from the pool's private folder, or with `profile`'s settings for other launchers."""
+        import ipyparallel as ipp
+        from traitlets.config import Config
+
+        from .launcher import ForkedControllerLauncher, ForkedEngineSetLauncher
+
+        log.setLevel(logging.DEBUG if tunables().debug else logging.CRITICAL)
+        engines = {"local": ForkedEngineSetLauncher, "local-spawn": "local"}.get(self.launcher, self.launcher)
+        where = dict(profile=self.profile, load_profile=True) if self.profile else dict(
+            profile_dir=self.workdir, config=Config(), load_profile=False)
+        return ipp.Cluster(
+            **where, cluster_id=f"ddplab-{os.getpid()}-{id(self)}" if self.profile else "ddplab",
+            log=log, shutdown_atexit=False, engines=engines,
+            controller=ForkedControllerLauncher if self.forked else "local",
+            **({"controller_ip": "127.0.0.1"} if self.local else {}),
+            controller_args=[f"--HeartMonitor.period={tunables().heartbeat_ms}"])
 
     def _add_engines(self, n, deadline, say):
         known = set(self.client.ids)
         before = set(map(id, self._launchers()))
         self.cluster.start_engines_sync(n, environment=self.environment())
         started = [l for l in self._launchers() if id(l) not in before]
+        self.launch_args = [" ".join(map(str, l.args)) for l in started if getattr(l, "args", None)]
 
         def check():
             for launcher in started:
@@ -224,15 +299,25 @@ class LocalPool(Pool):
                     out = launcher.get_output().strip().splitlines()[-3:]
                     raise StartFailed("an engine exited during start-up: " + " | ".join(out))
 
-        return self._wait_for_engines(known, n, deadline, say, check)
+        new = self._wait_for_engines(known, n, deadline, say, check)
+        return (new, []) if self.local else self.locate(new, deadline)
+
+    def connection_info(self):
+        with open(os.path.join(self.cluster.profile_dir, "security",
+                               f"ipcontroller-{self.cluster.cluster_id}-client.json")) as f:
+            return json.load(f)
 
     def replace(self, ranks, deadline, say):
         """Fresh engines for `ranks` (their old ones killed): new engine ids in their places."""
         self.kill(ranks)
-        new = self._add_engines(len(ranks), deadline, say)
-        for r, eid in zip(sorted(ranks), new):
-            self.engine_ids[r] = eid
+        new, new_facts = self._add_engines(len(ranks), deadline, say)
+        eids, facts = list(self.engine_ids), list(self.facts)
+        for i, (r, eid) in enumerate(zip(sorted(ranks), new)):
+            eids[r] = eid
             self._lost.pop(r, None)
+            if new_facts:
+                facts[r] = new_facts[i]
+        self.place(eids, facts)
 
     def track(self, info):
         super().track(info)
@@ -242,7 +327,8 @@ class LocalPool(Pool):
 
     def _launchers(self):
         for es in self.cluster.engines.values() if self.cluster else ():
-            yield from es.launchers.values()
+            # a set of local launchers, one per engine; or one launcher for the set (mpiexec, a batch job)
+            yield from es.launchers.values() if hasattr(es, "launchers") else [es]
 
     # ------------------------------------------------------------------ processes
     def processes(self, engines=True):
@@ -324,9 +410,7 @@ class LocalPool(Pool):
                     pass
         kill(procs)
         wait_gone(procs, timeout=3.0)
-        remote = [self.engine_ids[r] for r in ranks if r not in self._procs and r < len(self.engine_ids)]
-        if remote and self.client is not None:
-            self.client.shutdown(targets=remote, block=False)
+        self.kill_remote([self.engine_ids[r] for r in ranks if r not in self._procs and r < len(self.engine_ids)])
         if why:
             for r in ranks:
                 self.mark_lost(r, why)
@@ -340,7 +424,7 @@ class LocalPool(Pool):
         if remote:
             self.client.send_signal(signal.SIGINT, targets=remote, block=True)
 
-    def stop(self):
+    def stop(self, shutdown=True):
         """End engines, controller and every helper process; remove the private folder."""
         procs = self.processes()
         controller = self.processes(engines=False)
@@ -370,3 +454,112 @@ class LocalPool(Pool):
             shutil.rmtree(self.workdir, ignore_errors=True)
             self.workdir = None
         self._procs = {}
+
+
+class AttachedPool(Pool):
+    """Engines someone else started (`ipcluster start`, `ipengine` by hand, a Slurm job), reached
+    through their controller's ipcontroller-client.json (connect=PATH) or the cluster that
+    `ipcluster start --profile NAME [--cluster-id ID]` made. Every registered engine becomes a rank,
+    ordered by host, then engine id. It never starts engines, and stops them only when asked
+    (stop(shutdown=True)). A lost engine is one the controller no longer hears: ipyparallel's
+    heartbeat (or the engine's nanny, which tells the controller at once when its engine dies)."""
+
+    local = False
+    started_engines = False
+
+    def __init__(self, connect=None, profile=None, cluster_id=None, ifname=None):
+        super().__init__(ifname)
+        self.connect, self.profile, self.cluster_id = connect, profile, cluster_id
+        self.cluster = None
+
+    def describe(self):
+        return self.connect or f"profile {self.profile}" + (f", cluster {self.cluster_id}" if self.cluster_id else "")
+
+    def connection_info(self):
+        if self.connect:
+            with open(self.connect) as f:
+                return json.load(f)
+        info = self.cluster.controller.get_connection_info()
+        if hasattr(info, "__await__"):
+            import asyncio
+
+            info = asyncio.run(info)
+        client = info["client"]
+        if isinstance(client, str):
+            with open(client) as f:
+                client = json.load(f)
+        return client
+
+    def start(self, n, deadline, say):
+        import ipyparallel as ipp
+
+        self.workdir = tempfile.mkdtemp(prefix="ddplab-")
+        say(f"attaching to the engines of {self.describe()} ...")
+        try:
+            if self.connect:
+                # (the path goes first: ipyparallel 9.2 ignores its url_file= keyword)
+                self.client = ipp.Client(self.connect, timeout=max(1.0, deadline - time.perf_counter()))
+            else:
+                self.cluster = ipp.Cluster.from_file(profile=self.profile, cluster_id=self.cluster_id or "",
+                                                     log=log)
+                self.client = self.cluster.connect_client_sync()
+        except (OSError, ipp.error.TimeoutError, KeyError, ValueError) as exc:
+            raise StartFailed(f"cannot reach the controller of {self.describe()}: {exc}") from exc
+        self.dropped = guard_client(self.client)
+        want = n or 1
+        while len(self.client.ids) < want:
+            if time.perf_counter() > deadline:
+                have = len(self.client.ids)
+                raise StartFailed(f"{have} engine{'s' if have != 1 else ''} registered with the controller of "
+                                  f"{self.describe()}, {want} wanted: start engines there (ipengine, ipcluster)")
+            time.sleep(0.05)
+        eids = sorted(self.client.ids)
+        self.place(*self.locate(eids[:n] if n else eids, deadline))
+        return self.engine_ids
+
+    def _gone_why(self, rank):
+        if self.client is not None and rank < len(self.engine_ids) and self.engine_ids[rank] not in self.client.ids:
+            return "its engine is gone: the controller no longer hears it (the engine died, or its host)"
+        return None
+
+    def replace(self, ranks, deadline, say):
+        hosts = ", ".join(sorted({self.hosts.get(r, "?") for r in ranks}))
+        raise BadRequest(f"ranks {', '.join(map(str, ranks))} ran on engines started elsewhere ({hosts}): start new "
+                         "engines there (ipengine), then %ddp_stop and %ddp_start --connect again; or %ddp_stop and "
+                         "%ddp_start --connect to group the engines that are left")
+
+    def kill(self, ranks, why=None):
+        self.kill_remote([self.engine_ids[r] for r in ranks])
+        if why:
+            for r in ranks:
+                self.mark_lost(r, why)
+
+    def interrupt(self, ranks):
+        live = [self.engine_ids[r] for r in ranks if r not in self.lost(ranks)]
+        if live:
+            self.client.send_signal(signal.SIGINT, targets=live, block=True)
+
+    def pids(self):
+        return []  # its processes are not this notebook's: nothing here may end them
+
+    def stop(self, shutdown=False):
+        """Leave the engines running (they are not ours), or with shutdown=True stop their cluster."""
+        if self.client is not None:
+            try:
+                if shutdown and self.cluster is not None:
+                    self.cluster.stop_cluster_sync()
+                elif shutdown:
+                    self.client.shutdown(targets="all", hub=True, block=True)
+            finally:
+                self.client.close(linger=0)
+                self.client = None
+        if self.workdir:
+            shutil.rmtree(self.workdir, ignore_errors=True)
+            self.workdir = None
+
+
+def make_pool(config):
+    """The Pool a PoolConfig asks for."""
+    if config.attached:
+        return AttachedPool(config.connect, config.profile, config.cluster_id, config.ifname)
+    return LocalPool(config.launcher, config.threads, config.profile, config.ifname)

@@ -306,20 +306,25 @@ def _store_socket(host, port):
     return _listener.fileno()
 
 
-def form_group(rank, world_size, rendezvous, timeout, threads, telemetry=None, flush=0.25, key=b""):
+def form_group(rank, world_size, rendezvous, timeout, threads, telemetry=None, flush=0.25, key=b"", ifname=None):
     """Join the gloo process group and preload the names every cell can use.
 
-    rendezvous is "file:///path" (a FileStore: opens no network port) or
-    "tcp://host:port" (rank 0 hosts a TCPStore there; needed across hosts).
-    telemetry is the notebook's zmq address for log() points, sent every `flush` seconds and
-    signed with `key` (it reaches the rank in this call: ipyparallel's signed channel).
+    rendezvous is "file:///path" (a FileStore: opens no network port), "signed://host:port" (the
+    signed store rank 0 serves, store.py: across hosts), or "tcp://host:port" (rank 0 hosts a
+    TCPStore bound to that address only). ifname: the interface gloo uses (this rank's own,
+    toward its peers). telemetry is the notebook's zmq address for log() points, sent every
+    `flush` seconds and signed with `key` (it reaches the rank in this call: ipyparallel's signed
+    channel).
     """
     global _rank, _flush_every
     _flush_every = flush
     import torch
+    import torch._dynamo  # noqa: F401 - DistributedDataParallel() needs it: imported now, not in a cell
     import torch.distributed as dist
 
     torch.set_num_threads(threads)
+    if ifname:
+        os.environ["GLOO_SOCKET_IFNAME"] = ifname  # gloo reads it when the group is made
     stale = []
     if "torch.nn.parallel" in __import__("sys").modules:  # only if DDP was ever used here
         stale = _bound_to_old_group()
@@ -329,20 +334,20 @@ def form_group(rank, world_size, rendezvous, timeout, threads, telemetry=None, f
     wait = datetime.timedelta(seconds=timeout)
     if kind == "file":
         store = dist.FileStore(where, world_size)
+    elif kind == "signed":
+        from .store import SignedStore
+
+        store = SignedStore(f"tcp://{where}", key, timeout=wait)
     elif kind == "tcp":
         host, _, port = where.rpartition(":")
         store = dist.TCPStore(host, int(port), world_size, is_master=rank == 0, timeout=wait,
                               master_listen_fd=_store_socket(host, int(port)) if rank == 0 else None)
     else:
-        raise ValueError(f"unknown rendezvous {rendezvous!r}: use file:///path or tcp://host:port")
+        raise ValueError(f"unknown rendezvous {rendezvous!r}: use file:///path, signed://host:port or tcp://host:port")
     dist.init_process_group("gloo", store=store, rank=rank, world_size=world_size, timeout=wait)
     _rank = rank
     if telemetry:
         _connect(telemetry, key)
-    if "torch._dynamo" not in __import__("sys").modules:
-        # the first DistributedDataParallel() imports torch._dynamo (~1.2 s of CPU): do it now, in
-        # the background, while the user reads the notebook, rather than in their first DDP cell
-        threading.Thread(target=__import__, args=("torch._dynamo",), name="ddplab-preload", daemon=True).start()
 
     import ddplab.rank as this
 
@@ -356,6 +361,52 @@ def form_group(rank, world_size, rendezvous, timeout, threads, telemetry=None, f
         "stale": stale,
         "ports": sorted(_listening_ports()),  # gloo's listeners, for _close_group
     }
+
+
+def _reach(controller, ifname=None):
+    """Where this engine is: host, pid, cores, and its IPv4 address and interface toward
+    `controller` (the route its packets take: no name lookup, whatever the hostname resolves to,
+    127.0.1.1 included), or on interface `ifname` if given."""
+    import psutil
+
+    from ddplab.system import cores
+
+    interfaces = psutil.net_if_addrs()
+    if ifname:
+        found = [a.address for a in interfaces.get(ifname, ()) if a.family == socket.AF_INET]
+        if not found:
+            have = ", ".join(n for n, addrs in interfaces.items() if any(a.family == socket.AF_INET for a in addrs))
+            raise RuntimeError(f"{socket.gethostname()} has no IPv4 address on {ifname!r} (it has: {have})")
+        ip = found[0]
+    else:
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+            s.connect((controller, 9))  # UDP: picks the route, sends nothing
+            ip = s.getsockname()[0]
+        ifname = next((n for n, addrs in interfaces.items() if any(a.address == ip for a in addrs)), None)
+    return {"host": socket.gethostname(), "pid": os.getpid(), "ip": ip, "ifname": ifname, "cores": cores()}
+
+
+def _serve_store(address, key):
+    """Rank 0: serve the signed rendezvous store on `address`; its port."""
+    from . import store
+
+    return store.serve(address, key)
+
+
+def _leave():
+    """Leave the group and stop sending telemetry, the engine staying up (a pool attached to
+    engines someone else started leaves them as it found them, but for their variables)."""
+    global _sock
+    import torch.distributed as dist
+
+    if dist.is_initialized():
+        dist.destroy_process_group()
+    if "ddplab.store" in __import__("sys").modules:
+        __import__("sys").modules["ddplab.store"].stop()
+    with _lock:
+        if _sock is not None:
+            _sock.close(linger=0)
+            _sock = None
 
 
 def __getattr__(name):

@@ -74,8 +74,11 @@ def test_unloading_ends_the_zygote_only_when_no_lab_uses_it(monkeypatch):
     import ddplab.launcher
     from ddplab import lab
 
+    import weakref
+
     stopped = []
     monkeypatch.setattr(ddplab.launcher, "stop_zygote", lambda: stopped.append(True))
+    monkeypatch.setattr(lab, "_running_labs", weakref.WeakSet())  # whatever pools this test session runs
 
     class Shell:
         pass
