@@ -7,6 +7,7 @@ through Telemetry into Live (telemetry.py), and a View draws it (dashboard/view.
 composes them and acts on what cell.py decides.
 """
 import atexit
+import os
 import secrets
 import threading
 import time
@@ -55,6 +56,7 @@ class Lab:
         self.faults = {}  # rank -> the fault drill set on it (%ddp_fault)
         self.start_seconds = None
         self.last_result = None  # RunResult of the last run(), also when it failed or was interrupted
+        self.cells = []  # (notebook cell number, code, ranks or None): the cells that ran well, for export
         self._views = {}
         self._busy = False
         self._lock = threading.RLock()
@@ -64,7 +66,12 @@ class Lab:
     world_size = property(lambda self: self.config.ranks)
     timeout = property(lambda self: self.config.timeout)
     threads = property(lambda self: self.config.threads)
-    rendezvous = property(lambda self: self.config.rendezvous)
+    @property
+    def rendezvous(self):
+        """Where the ranks met: a file in the private folder, or a store on rank 0's address."""
+        if self.pool is not None and not self.pool.local and self.pool.facts:
+            return f"signed store on rank 0 ({self.pool.facts[0]['ip']})"
+        return "file (private folder)" if self.config.rendezvous == "file" else self.config.rendezvous
     run_state = property(lambda self: self.live.run_state)
     metrics = property(lambda self: self.live.metrics)
     info = property(lambda self: self.group.info if self.group else [])  # per rank: engine, pid, host, threads
@@ -336,7 +343,25 @@ class Lab:
                               "interrupted (SIGINT)" + "".join(f"; {line}" for line in result.recovery))
         if result.failed:
             raise RankFailed(result.failed, result)
+        self.cells.append((self.run_state.cell, code, None if ranks == list(range(self.world_size)) else ranks))
         return result
+
+    def export(self, path, title=None):
+        """Write the cells that ran successfully, in order, as a script for torchrun; returns how
+        many cells it holds (see export.py)."""
+        from .export import script
+
+        if not self.cells:
+            raise BadRequest("no %%ddp cell has run successfully yet: nothing to export")
+        threads = sorted({i.get("threads") for i in self.info if i.get("threads")}) or [self.threads]
+        try:
+            text = script(self.cells, self.world_size, threads[0], title or "A ddplab notebook, as a torchrun script",
+                          os.path.basename(path))
+        except SyntaxError as exc:
+            raise BadRequest(f"a cell is not Python that a script can run (line {exc.lineno}: {exc.msg})") from exc
+        with open(path, "w") as f:
+            f.write(text)
+        return len(self.cells)
 
     def _recover(self, plan):
         """Act on what cell.plan_recovery decided; return what was done, for the user."""

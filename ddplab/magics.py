@@ -62,7 +62,8 @@ def _usage(fn, *args, **kwargs):
 
 @magics_class
 class DDPMagics(Magics):
-    """%ddp_start, %%ddp, %ddp_gather, %ddp_push, %ddp_status, %ddp_history, %ddp_fault, %ddp_restart, %ddp_stop."""
+    """%ddp_start, %%ddp, %ddp_gather, %ddp_push, %ddp_status, %ddp_history, %ddp_fault, %ddp_restart,
+    %ddp_export, %ddp_stop."""
 
     lab = None
 
@@ -269,6 +270,26 @@ class DDPMagics(Magics):
         if args.kind in ("slow", "clear") and args.at_step is not None:
             raise UsageError(f"--at-step is for kill and raise, not {args.kind}")
         print(f"ddplab: {_usage(lab.fault, args.kind, args.rank, at_step=args.at_step, factor=args.factor)}")
+
+    @magic_arguments()
+    @argument("path", help="where to write the script, e.g. train.py")
+    @line_magic
+    def ddp_export(self, line):
+        """Write the %%ddp cells that ran successfully, in order, as one script that torchrun runs:
+
+            %ddp_export train.py
+            !torchrun --standalone --nproc_per_node 4 train.py
+
+        The process group comes from torchrun's environment; rank, world_size, torch, dist, nn and
+        ddplab are defined as in the notebook; notebook magics in the cells are left out."""
+        args = _parse(self.ddp_export, line)
+        lab = self._lab()
+        try:
+            n = _usage(lab.export, args.path)
+        except OSError as exc:
+            raise UsageError(f"cannot write {args.path}: {exc.strerror}") from None
+        print(f"ddplab: wrote {n} cell{'s' if n != 1 else ''} to {args.path}; run it with "
+              f"torchrun --standalone --nproc_per_node {lab.world_size} {args.path}")
 
     @magic_arguments()
     @argument("--shutdown", action="store_true",

@@ -22,7 +22,7 @@ def lab():
 def lang():
     """"zh" if the running pool was started with `--lang zh`, else "en"."""
     running = lab()
-    return getattr(getattr(running, "view", None), "lang", "en") if running is not None else "en"
+    return running.config.lang if running is not None else "en"
 
 
 def say(en, zh):

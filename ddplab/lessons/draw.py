@@ -235,3 +235,46 @@ def bars(values, ylabel="", title="", panels=None, fmt="{:.3g}"):
         ax.set_title(spec.get("title", ""), loc="left", fontsize=10)
         ax.margins(y=0.15)
     return Picture(fig)
+
+
+@_styled
+def hosts(status, controller, title="", lost=()):
+    """The pool across hosts: one box per host with its address, the ranks on it in their
+    colours, and a line from each host to the controller. status: %ddp_status rows (Lab.status());
+    lost: hosts to draw crossed out."""
+    by_host = {}
+    for row in status:
+        by_host.setdefault(row["host"], []).append(row)
+    names = sorted(by_host)
+    fig, axes = _figure(1, 1, width=1.9 * max(3, len(names)) + 0.6, height=2.6)
+    ax = axes[0][0]
+    ax.set_xlim(-0.1, len(names))
+    ax.set_ylim(-0.15, 2.3)
+    ax.axis("off")
+    cx = (len(names) - 1) / 2 + 0.45
+    ax.add_patch(_box(cx - 0.6, 1.8, 1.2, 0.42, "#eeeeee"))
+    ax.text(cx, 2.01, controller, ha="center", va="center", fontsize=8)
+    for i, name in enumerate(names):
+        rows = by_host[name]
+        address = (rows[0].get("address") or "").split(" ")[0]
+        gone = name in lost
+        ax.plot([i + 0.45, cx], [1.05, 1.8], color="#bbbbbb" if gone else "#888888", lw=1, ls=":" if gone else "-")
+        ax.add_patch(_box(i + 0.05, 0.0, 0.8, 1.05, "#f6f6f6" if gone else "#e8eef7"))
+        ax.text(i + 0.45, 0.88, name, ha="center", fontsize=9, weight="bold", color="#999999" if gone else "#222222")
+        ax.text(i + 0.45, 0.7, address, ha="center", fontsize=7, color="#555555")
+        for j, row in enumerate(rows):
+            ax.add_patch(_box(i + 0.15, 0.1 + 0.22 * j, 0.6, 0.18, "#cccccc" if gone else rank_color(row["rank"])))
+            ax.text(i + 0.45, 0.19 + 0.22 * j, f"rank {row['rank']}", ha="center", va="center", fontsize=7,
+                    color="white")
+        if gone:
+            ax.plot([i + 0.05, i + 0.85], [0.0, 1.05], color="#d62728", lw=2)
+            ax.plot([i + 0.05, i + 0.85], [1.05, 0.0], color="#d62728", lw=2)
+    ax.set_title(title, loc="left", fontsize=10)
+    return Picture(fig)
+
+
+def _box(x, y, w, h, color):
+    from matplotlib.patches import FancyBboxPatch
+
+    return FancyBboxPatch((x, y), w, h, boxstyle="round,pad=0.01,rounding_size=0.04", facecolor=color,
+                          edgecolor="#8a9bb0", lw=0.8)

@@ -135,6 +135,10 @@ class Hosts:
                 pass
             proc.wait(10)
 
+    def lose_host_of(self, row):
+        """The host of a rank (a row of Lab.status()) is lost."""
+        self.lose(self.hostnames.index(row["host"]))
+
     def down(self):
         for i in list(self.engines):
             self.lose(i)
@@ -153,3 +157,66 @@ class Hosts:
                            capture_output=True)
         self._made = []
         shutil.rmtree(self.profile, ignore_errors=True)
+
+
+class LocalEngines:
+    """The same shape as Hosts where namespaces cannot be made (not root, not Linux): a controller
+    and n engines on this machine, started by ipyparallel as `ipcluster start` would."""
+
+    kind = "engines on this machine"
+
+    def __init__(self, n=4):
+        import ipyparallel as ipp
+
+        self.n = n
+        self.profile = tempfile.mkdtemp(prefix="ddplab-hosts-")
+        self.cluster = ipp.Cluster(n=n, profile_dir=self.profile, cluster_id="", log_level=40, shutdown_atexit=True,
+                                   controller_ip="127.0.0.1", engines="local")
+        self.hostnames, self.addresses, self.controller_address = [], [], "127.0.0.1"
+
+    @property
+    def client_file(self):
+        return os.path.join(self.profile, "security", "ipcontroller-client.json")
+
+    def __enter__(self):
+        self.cluster.start_cluster_sync()
+        return self
+
+    def __exit__(self, *exc):
+        self.down()
+
+    def lose(self, i):
+        """Engine i is gone (and its nanny: like a host lost)."""
+        launchers = [l for es in self.cluster.engines.values() for l in es.launchers.values()]
+        proc = launchers[i].process
+        for p in [*proc.children(recursive=True), proc]:
+            try:
+                p.kill()
+            except Exception:  # noqa: BLE001 - gone already
+                pass
+
+    def lose_host_of(self, row):
+        """The engine of a rank (a row of Lab.status()) dies; its nanny tells the controller."""
+        import psutil
+
+        try:
+            psutil.Process(row["pid"]).kill()
+        except psutil.Error:
+            pass
+
+    def down(self):
+        try:
+            self.cluster.stop_cluster_sync()
+        except Exception:  # noqa: BLE001
+            pass
+        shutil.rmtree(self.profile, ignore_errors=True)
+
+
+def hosts_or_local(n=4):
+    """Hosts(n) where this machine can make namespaces, else LocalEngines(n); started."""
+    if check() is None:
+        made = Hosts(n)
+        made.kind = "network namespaces"
+    else:
+        made = LocalEngines(n)
+    return made.__enter__()

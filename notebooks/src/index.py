@@ -26,6 +26,7 @@
 # | 10 | [Fault tolerance with checkpoints · 容错与检查点](10_fault_tolerance.ipynb) | a rank killed, seen lost, restarted, and training resumed to the same result |
 # | 11 | [Communication cost and scaling · 通信开销与扩展性](11_communication.ipynb) | all_reduce time by size and ranks; bucket size; compute vs communication |
 # | 12 | [The same ideas in TensorFlow · TensorFlow 中的对应概念](12_other_frameworks.ipynb) | MirroredStrategy and MultiWorkerMirroredStrategy beside what you did |
+# | 13 | [From the notebook to a cluster · 从 notebook 到集群](13_cluster.ipynb) | 4 hosts in one group, a host lost, the notebook run again by torchrun |
 #
 # **Tips.** `%ddp_start 4 --lang zh` labels the dashboard and the lesson pictures in Chinese. If a
 # lesson leaves a pool running, `%ddp_stop` ends it; each lesson stops its own pool at the end.
