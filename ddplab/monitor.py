@@ -162,6 +162,7 @@ class Monitor:
             if idle:
                 self.hooks.close_group(idle)
                 self.closed.update(idle)
+                self.escalated_at = time.monotonic()  # the peers may now fail by themselves: wait again
         if running and self.interrupted_at is not None and now - self.escalated_at >= self.escalate:
             # No rank has stopped since SIGINT (or since the last one stopped): they are stuck
             # where SIGINT cannot reach (all in C++ collectives). Kill one rank; its death frees

@@ -134,7 +134,7 @@ def test_threads_per_rank_follow_the_cores(ip, pool, capsys):
     out = capsys.readouterr().out
     assert "threads" in out and "backend gloo" in out
     for row in pool.status():
-        assert re.search(rf"^{row['rank']}\s+{row['engine']}\s+{row['pid']}\s+\S+\s+{expected}\s+\w+", out, re.M)
+        assert re.search(rf"^{row['rank']}\s+{row['engine']}\s+{row['pid']}\s+\S+\s+loopback\s+{expected}\s+\w+", out, re.M)
 
 
 def test_starting_again_changes_nothing(ip, pool, magics, capsys):

@@ -48,7 +48,7 @@ def test_quickstart_runs_end_to_end_within_binders_memory(tmp_path):
     assert len(losses) == 4 and max(losses) < 2.0  # every rank trained (chance level is 2.3)
     assert "parameters identical on every rank: True" in text_of(find(nb, "checksums"))
     status = text_of(find(nb, "%ddp_status"))
-    assert len(re.findall(r"^\d\s+\d+\s+\d+\s+\S+\s+1\s+done$", status, re.M)) == 4
+    assert len(re.findall(r"^\d\s+\d+\s+\d+\s+\S+\s+loopback\s+1\s+done$", status, re.M)) == 4
     assert "stopped 4 ranks" in text_of(find(nb, "%ddp_stop"))
     assert re.search(r"History\(768 points from ranks 0-3", text_of(find(nb, "h = %ddp_history")))
     assert descendants() <= before  # kernel and pool are gone

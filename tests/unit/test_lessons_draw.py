@@ -81,11 +81,11 @@ def test_chinese_labels_render_with_a_cjk_font():
 def test_say_follows_the_pool_language(monkeypatch):
     assert lessons.say("loss", "损失") == "loss"  # no pool: English
 
-    class View:
+    class Config:
         lang = "zh"
 
     class Running:
-        running, view = True, View()
+        running, config = True, Config()
 
     monkeypatch.setattr(lessons, "lab", lambda: Running())
     assert lessons.say("loss", "损失") == "损失"
