@@ -32,11 +32,18 @@ _LAZY = {
 __all__ = ["__version__", "load_ipython_extension", "unload_ipython_extension", *_LAZY]
 
 
-def __getattr__(name):
-    if name in _LAZY:
-        import importlib
+_RANK = ("log", "phase", "history")  # what rank code calls: `import ddplab` in a %%ddp cell keeps them working
 
+
+def __getattr__(name):
+    import importlib
+
+    if name in _LAZY:
         return getattr(importlib.import_module(_LAZY[name]), name)
+    if name in _RANK:
+        return getattr(importlib.import_module("ddplab.rank"), name)
+    if name == "checkpoint":
+        return importlib.import_module("ddplab.checkpoint")
     raise AttributeError(f"module 'ddplab' has no attribute {name!r}")
 
 

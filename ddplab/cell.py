@@ -34,6 +34,7 @@ class RunResult:
     seconds: float = 0.0
     failure_order: list = field(default_factory=list)  # failed ranks, root cause first
     recovery: list = field(default_factory=list)  # what ddplab did about failures, for the user
+    hints: list = field(default_factory=list)  # what the cell did by mistake, said once (diagnose.HINTS)
 
     def __getitem__(self, rank):
         return self.outputs[self.ranks.index(rank)]
@@ -73,13 +74,13 @@ def shows_a_value(code):
     return bool(body) and isinstance(body[-1], ast.Expr)
 
 
-def execute(view, code, ranks, live, telemetry, hooks, timeout=None):
+def execute(view, code, ranks, live, telemetry, hooks, timeout=None, lang="en"):
     """Run `code` on `ranks` (view: a DirectView on their engines) until every rank is done or
     gone. Returns (Outcome, stopped_by: None, "timeout" or "interrupt"). Ctrl-C and the timeout
     send SIGINT to every rank still running, and wait (escalating) until none runs."""
     tic = time.perf_counter()
     ar = view.execute(code, silent=not shows_a_value(code), block=False)
-    monitor = Monitor(Replies(ar, ranks), ranks, live, telemetry, hooks)
+    monitor = Monitor(Replies(ar, ranks), ranks, live, telemetry, hooks, lang)
     stopped_by = None
     try:
         if not monitor.wait(None if timeout is None else tic + timeout):
@@ -143,7 +144,8 @@ def plan_recovery(outcome, result):
     if outcome.lost:
         return Recovery(lost=sorted(outcome.lost))
     errors = [o.error for o in result.outputs if o.error]
-    return Recovery(reform=bool(outcome.closed) or any(is_echo(e) or comm_error(e) for e in errors))
+    return Recovery(reform=bool(outcome.closed) or outcome.mismatch is not None
+                    or any(is_echo(e) or comm_error(e) for e in errors))
 
 
 def plural(n, word):

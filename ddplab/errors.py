@@ -108,12 +108,32 @@ class RankFailed(DDPLabError):
             lines.append(f"rank{'s' if len(echoes) > 1 else ''} {', '.join(map(str, echoes))} stopped: "
                          f"{'their' if len(echoes) > 1 else 'its'} collective was cut off by {cause}")
         if self.result is not None:
+            lines.extend(getattr(self.result, "hints", []))
             lines.extend(getattr(self.result, "recovery", []))
         return lines
 
     def _render_traceback_(self):
         # IPython shows this instead of a traceback into ddplab's own code.
         return self.report()
+
+
+class CollectiveMismatch(RankFailed):
+    """Ranks waited in collectives that could never finish (another op, group, shape or dtype, or a
+    rank that never calls it); ddplab named them and cut the collectives short."""
+
+    def __init__(self, text, failures, result=None):
+        self.text = text
+        super().__init__(failures, result)
+
+    def _headline(self):
+        return self.text
+
+    def _report(self):
+        lines = [self.text]
+        if self.result is not None:
+            lines.extend(getattr(self.result, "hints", []))
+            lines.extend(getattr(self.result, "recovery", []))
+        return lines
 
 
 def is_echo(error):

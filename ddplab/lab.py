@@ -19,8 +19,8 @@ from . import state as st
 from .cell import RankOutput, RunResult, plural, ranks_text
 from .config import PoolConfig, tunables
 from .dashboard.view import View
-from .errors import (BadRequest, CellTimeout, NameMissing, PoolAlreadyRunning, PoolNotRunning, RankFailed,
-                     RankLost, StartFailed)
+from .errors import (BadRequest, CellTimeout, CollectiveMismatch, NameMissing, PoolAlreadyRunning, PoolNotRunning,
+                     RankFailed, RankLost, StartFailed)
 from .group import Group
 from .monitor import Hooks
 from .pool import make_pool
@@ -300,7 +300,13 @@ class Lab:
 
     def _hooks(self):
         return Hooks(lost=self.find_lost, kill=self.pool.kill, interrupt=self.pool.interrupt,
-                     close_group=self.group.close, draw=lambda: self.show("update"))
+                     close_group=self.group.close, draw=lambda: self.show("update"), cut=self._cut)
+
+    def _cut(self, ranks):
+        """Tell these running ranks to break their links to their peers (rank._cut)."""
+        ports = sorted({p for i in self.info for p in i.get("ports", ())})
+        for r in ranks:
+            self.telemetry.command(r, cmd="cut", ports=ports)
 
     def run(self, code, ranks=None, timeout=None):
         """Run `code` on every rank (or the given ranks); return a RunResult.
@@ -327,10 +333,14 @@ class Lab:
         self.run_state.begin_cell(ranks, time.monotonic())
         self.show("begin")
         tic = time.perf_counter()
+        self.live.hints = {}
         outcome, stopped_by = cell.execute(self._view(ranks), code, ranks, self.live, self.telemetry, self._hooks(),
-                                           timeout)
+                                           timeout, self.config.lang)
         result = self.last_result = cell.collect(outcome, self.run_state, self.info, time.perf_counter() - tic)
-        result.recovery = self._recover(cell.plan_recovery(outcome, result))
+        plan = cell.plan_recovery(outcome, result)
+        destroyed = "destroyed" in self.live.hints and not plan
+        result.recovery = self._recover(plan)
+        result.hints = self._hints(destroyed)
         self.run_state.end_cell(time.monotonic())
         self._notices()
         if result.recovery:
@@ -341,6 +351,8 @@ class Lab:
         if stopped_by == "timeout":
             raise CellTimeout(f"the cell ran longer than {timeout:g} s on {ranks_text(ranks)}; every rank was "
                               "interrupted (SIGINT)" + "".join(f"; {line}" for line in result.recovery))
+        if outcome.mismatch is not None:
+            raise CollectiveMismatch(outcome.mismatch.text, result.failed, result)
         if result.failed:
             raise RankFailed(result.failed, result)
         self.cells.append((self.run_state.cell, code, None if ranks == list(range(self.world_size)) else ranks))
@@ -362,6 +374,27 @@ class Lab:
         with open(path, "w") as f:
             f.write(text)
         return len(self.cells)
+
+    def _hints(self, destroyed):
+        """The mistakes the cell made, said once (in the pool's language); a group the cell
+        destroyed is formed again here, so the next cell has one."""
+        from .diagnose import hint_text
+
+        lang, hints = self.config.lang, []
+        for key in sorted(self.live.hints):
+            if key == "destroyed":
+                if not destroyed:
+                    continue  # the group was formed again by the recovery already
+                try:
+                    seconds, _ = self._form(time.perf_counter() + self.config.start_timeout)
+                except Exception as exc:  # noqa: BLE001
+                    hints.append(f"the cell destroyed the process group and it could not be formed again ({exc}): "
+                                 "%ddp_restart")
+                    continue
+                hints.append(hint_text(key, lang, ms=seconds * 1000))
+            else:
+                hints.append(hint_text(key, lang))
+        return hints
 
     def _recover(self, plan):
         """Act on what cell.plan_recovery decided; return what was done, for the user."""
@@ -395,6 +428,51 @@ class Lab:
             raise BadRequest(f"evaluating {name!r} failed on rank {r}: {getattr(e, 'ename', '')}: "
                              f"{getattr(e, 'evalue', e)}") from e
         return values
+
+    # ------------------------------------------------------------------ looking inside ranks
+    def debug_start(self, rank=None):
+        """Open pdb on `rank`'s last exception (default: the root cause of the last failed cell);
+        returns (rank, the exception and the line it was raised on)."""
+        from .probe import debug_start
+
+        if rank is None:
+            failed = self.last_result.failure_order if self.last_result is not None else []
+            lost = self.find_lost()
+            rank = next((r for r in failed if r not in lost), None)
+            if rank is None:
+                raise BadRequest("no rank failed in the last cell: give one, e.g. %ddp_debug 0")
+        (rank,) = self._check_ranks([rank])
+        try:
+            return rank, self._view([rank]).apply_sync(debug_start)[0]
+        except Exception as exc:  # noqa: BLE001 - e.g. no exception on that rank
+            raise BadRequest(f"rank {rank}: {getattr(exc, 'evalue', exc)}") from exc
+
+    def debug(self, rank, command):
+        """One pdb command on `rank` (after debug_start); what pdb printed."""
+        from .probe import debug_command
+
+        return self._view([rank]).apply_sync(debug_command, command)[0]
+
+    def debug_end(self, rank):
+        from .probe import debug_end
+
+        self._view([rank]).apply_sync(debug_end)
+
+    def check(self, names=None):
+        """Compare the parameters of nn.Modules across ranks (all in the ranks' namespaces, or
+        `names`): {name: ranks whose parameters differ from rank 0's (empty: identical)}."""
+        from .probe import checksums
+
+        ranks = self._check_ranks(None)
+        per_rank = self._view(ranks).apply_async(checksums, names).get(timeout=self.timeout)
+        missing = sorted({n for sums in per_rank for n, v in sums.items() if v is None})
+        if missing:
+            raise NameMissing(f"not an nn.Module on every rank: {', '.join(missing)}")
+        found = {}
+        for name in sorted(set().union(*per_rank)):
+            reference = per_rank[0].get(name)
+            found[name] = [r for r, sums in zip(ranks, per_rank) if sums.get(name) != reference]
+        return found
 
     def history(self):
         """Every point every rank logged with ddplab.log, exactly (pulled from the ranks)."""

@@ -36,7 +36,7 @@ def parse_ranks(spec, world_size):
 def make_view(config):
     """The live view for where we run: the widget dashboard in a notebook, text elsewhere."""
     if not in_notebook():
-        return TextView()
+        return TextView(lang=config.lang)
     if not config.dashboard:
         return LiveOutput()
     from .dashboard.widget import Dashboard
@@ -50,6 +50,14 @@ def _parse(magic, line):
         return parse_argstring(magic, line)
     except ValueError as exc:
         raise UsageError(f"{exc}: check the quotes in {line!r}") from None
+
+
+def _unquote(text):
+    """IPython's magic argument split keeps quotes: 'p x' -> p x."""
+    text = text.strip()
+    if len(text) >= 2 and text[0] == text[-1] and text[0] in "'\"":
+        return text[1:-1]
+    return text
 
 
 def _usage(fn, *args, **kwargs):
@@ -270,6 +278,63 @@ class DDPMagics(Magics):
         if args.kind in ("slow", "clear") and args.at_step is not None:
             raise UsageError(f"--at-step is for kill and raise, not {args.kind}")
         print(f"ddplab: {_usage(lab.fault, args.kind, args.rank, at_step=args.at_step, factor=args.factor)}")
+
+    @magic_arguments()
+    @argument("rank", nargs="?", type=int, default=None,
+              help="the rank to debug (default: the rank that caused the last failure)")
+    @argument("-c", "--command", action="append", default=None, metavar="CMD",
+              help="a pdb command to run (repeat for several: -c 'p x' -c up); without it, an interactive prompt")
+    @line_magic
+    def ddp_debug(self, line):
+        """Post-mortem pdb on a rank's last exception, driven from here: where, up, down, p EXPR,
+        list, interact (a Python console in that frame; exit() leaves it), q to finish.
+
+            %ddp_debug            # the rank that caused the last failure
+            %ddp_debug 2 -c 'p x' -c up -c 'p y'
+        """
+        args = _parse(self.ddp_debug, line)
+        lab = self._lab()
+        rank, header = _usage(lab.debug_start, args.rank)
+        print(f"ddplab: pdb on rank {rank}: {header.rstrip()}")
+        try:
+            if args.command:
+                for command in map(_unquote, args.command):
+                    print(f"(Pdb rank {rank}) {command}")
+                    print(lab.debug(rank, command), end="")
+                return
+            while True:
+                try:
+                    command = input(f"(Pdb rank {rank}) ")
+                except (EOFError, KeyboardInterrupt):
+                    break
+                if command.strip() in ("q", "quit", "exit", "c", "cont", "continue"):
+                    break
+                print(lab.debug(rank, command), end="")
+        finally:
+            lab.debug_end(rank)
+
+    @magic_arguments()
+    @argument("names", nargs="*", help="nn.Module variables to compare (default: every one on the ranks)")
+    @line_magic
+    def ddp_check(self, line):
+        """Compare every rank's model parameters (checksums): do the ranks hold the same model?
+
+            %ddp_check            # every nn.Module in the ranks (a DDP model: its .module)
+            %ddp_check model
+        """
+        args = _parse(self.ddp_check, line)
+        lab = self._lab()
+        found = _usage(lab.check, args.names or None)
+        if not found:
+            print("ddplab: no nn.Module on the ranks to compare")
+        for name, differ in found.items():
+            if differ:
+                print(f"ddplab: {name}: rank{'s' if len(differ) > 1 else ''} {', '.join(map(str, differ))} "
+                      f"differ{'' if len(differ) > 1 else 's'} from rank 0: the ranks' parameters drifted apart "
+                      "(not wrapped in DDP? a step taken on some ranks only?)")
+            else:
+                print(f"ddplab: {name}: identical on every rank")
+        return {name: differ for name, differ in found.items()} if not in_notebook() else None
 
     @magic_arguments()
     @argument("path", help="where to write the script, e.g. train.py")

@@ -15,6 +15,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable
 
+from . import diagnose
 from .config import tunables
 from .telemetry import merge
 
@@ -28,6 +29,7 @@ class Hooks:
     interrupt: Callable  # (ranks): SIGINT
     close_group: Callable  # (ranks): close the process group on these idle ranks
     draw: Callable  # () -> False if the view failed (it is then left alone for the cell)
+    cut: Callable = None  # (ranks): break these running ranks' links, so collectives that cannot finish fail
 
 
 class Replies:
@@ -87,13 +89,17 @@ class Outcome:
     killed: set = field(default_factory=set)  # ranks killed because they did not stop after SIGINT
     closed: set = field(default_factory=set)  # ranks whose group was closed to free the others
     failed_at: dict = field(default_factory=dict)  # rank -> when it was seen failed or lost
+    mismatch: object = None  # diagnose.Mismatch: collectives that could never finish, cut
 
 
 class Monitor:
     """Watches one cell on `ranks` until every rank has finished or is gone."""
 
-    def __init__(self, replies, ranks, live, telemetry, hooks):
+    def __init__(self, replies, ranks, live, telemetry, hooks, lang="en"):
         self.replies, self.ranks, self.live, self.telemetry, self.hooks = replies, ranks, live, telemetry, hooks
+        self.lang = lang
+        self.started = time.monotonic()
+        self.mismatch, self.cut_at = None, None
         t = tunables()
         self.poll_every, self.frame, self.fail_fast = t.poll, t.frame, t.fail_fast
         self.escalate, self.look_every = t.escalate, t.look_every
@@ -163,6 +169,8 @@ class Monitor:
                 self.hooks.close_group(idle)
                 self.closed.update(idle)
                 self.escalated_at = time.monotonic()  # the peers may now fail by themselves: wait again
+        if running and self.hooks.cut is not None:
+            self._look_for_mismatch(running, now)
         if running and self.interrupted_at is not None and now - self.escalated_at >= self.escalate:
             # No rank has stopped since SIGINT (or since the last one stopped): they are stuck
             # where SIGINT cannot reach (all in C++ collectives). Kill one rank; its death frees
@@ -174,6 +182,22 @@ class Monitor:
             self._lose(r, why, now)
             self.escalated_at = now
         return not self.running()
+
+    def _look_for_mismatch(self, running, now):
+        """Ranks waiting in collectives that can never finish: name them, cut their links (the
+        collectives fail at once, long before gloo's timeout); SIGINT if that did not free them."""
+        if self.mismatch is None:
+            if now - self.started < diagnose.BLOCKED:
+                return
+            rs = self.live.run_state
+            finished = [r for r in self.ranks if self.replies.done(r) and not self.replies.failed(r)]
+            found = diagnose.mismatch({r: rs.ranks[r].where for r in running}, running, finished, rs.world_size,
+                                      self.lang, self.ranks)
+            if found is not None:
+                self.mismatch, self.cut_at = found, now
+                self.hooks.cut(running)
+        elif self.interrupted_at is None and now - self.cut_at >= 3.0:
+            self.interrupt()  # the cut did not free them (a rank stuck in C++): SIGINT, then escalation
 
     def interrupt(self):
         """Ctrl-C or the cell's timeout: SIGINT to every rank still running."""
@@ -223,4 +247,4 @@ class Monitor:
                          list(self.replies.field(r, "outputs") or []), self.replies.reply(r))
                 for r in self.ranks]
         return Outcome(list(self.ranks), seen, dict(self.lost), set(self.killed), set(self.closed),
-                       dict(self.failed_at))
+                       dict(self.failed_at), self.mismatch)

@@ -67,6 +67,9 @@ _sock = None
 _key = b""
 _lock = threading.Lock()
 _flusher = None
+_in_cell = False
+_main_thread = threading.main_thread().ident  # the thread that runs cells
+_formed = False  # the process group of this process is ddplab's
 NAN = math.nan
 
 
@@ -160,25 +163,35 @@ def history():
     return cols
 
 
-def _flush(final=False):
+WHERE_AFTER = 1.0  # seconds into a cell before the telemetry thread says where the rank is
+
+
+def _flush(final=False, beat=False):
     """Send points and events not sent yet, one batch per cell; drop them if the notebook is not
-    reading (the live view may skip; history() stays exact)."""
+    reading (the live view may skip; history() stays exact). beat: the telemetry thread's tick;
+    while a cell has run WHERE_AFTER seconds, each tick says where the rank is, points or not."""
     global _sent, _events_sent
+    from . import probe
+
     with _lock:
+        _events.extend((_cell, t, kind, value) for t, kind, value in probe.take_hints())
         n, m = len(_log), len(_events)
-        if _sock is None or (n == _sent and m == _events_sent and not final):
+        where = None
+        if beat and _in_cell and time.perf_counter() - _cell_t0 >= WHERE_AFTER:
+            where = probe.where(_main_thread)
+        if _sock is None or (n == _sent and m == _events_sent and not final and where is None):
             return
         start, events = _sent, [e[1:] for e in _events[_events_sent:m] if e[0] == _cell]
         _sent, _events_sent = n, m
-        while start < n or events or final:  # points of an earlier cell go in their own batch
+        while True:  # points of an earlier cell go in their own batch
             cell = _log.cell[start] if start < n else _cell
             stop = start
             while stop < n and _log.cell[stop] == cell:
                 stop += 1
             cols, extras = _log.since(start, stop)
             last = stop >= n
-            frames = wire.encode(_key, _rank, cell, cols, final=final and last,
-                                 events=events if last else (), extras=extras)
+            frames = wire.encode(_key, _rank, cell, cols, final=final and last, events=events if last else (),
+                                 extras=extras, where=where if last else None)
             try:
                 import zmq
 
@@ -190,19 +203,50 @@ def _flush(final=False):
                 break
 
 
-def _flush_forever():
+def _agent():
+    """The rank's telemetry thread: a batch every _flush_every seconds, and the notebook's signed
+    commands (cut: break this rank's links to its peers, so a collective that cannot finish fails)."""
     while True:
         time.sleep(_flush_every)
-        _flush()
+        try:
+            _commands()
+            _flush(beat=True)
+        except Exception:  # noqa: BLE001 - the live view may skip a tick; the rank goes on
+            pass
+
+
+def _commands():
+    import hmac
+    import json
+
+    import zmq
+
+    with _lock:
+        if _sock is None:
+            return
+        received = []
+        while True:
+            try:
+                received.append(_sock.recv_multipart(zmq.NOBLOCK))
+            except zmq.Again:
+                break
+    for frames in received:
+        if len(frames) != 2 or not hmac.compare_digest(frames[0], wire.sign(_key, frames[1:])):
+            continue  # not from the notebook: dropped unread
+        command = json.loads(frames[1])
+        if command.get("cmd") == "cut":
+            _cut(command.get("ports", ()))
 
 
 def _new_cell(*_):
-    global _cell, _cell_t0, _step
+    global _cell, _cell_t0, _step, _in_cell
     _flush()
-    _cell, _cell_t0, _step = _cell + 1, time.perf_counter(), -1
+    _cell, _cell_t0, _step, _in_cell = _cell + 1, time.perf_counter(), -1, True
 
 
 def _cell_done(*_):
+    global _in_cell
+    _in_cell = False
     _flush(final=True)  # so the notebook sees every point of the cell as soon as it ends
 
 
@@ -216,7 +260,8 @@ def _connect(address, key):
         _key = key
         if _sock is not None:
             _sock.close(linger=0)
-        _sock = zmq.Context.instance().socket(zmq.PUSH)
+        _sock = zmq.Context.instance().socket(zmq.DEALER)  # batches out; the notebook's commands in
+        _sock.setsockopt(zmq.IDENTITY, f"rank{_rank}".encode())
         _sock.setsockopt(zmq.SNDHWM, 1000)
         _sock.setsockopt(zmq.LINGER, 1000)
         _sock.connect(address)
@@ -227,7 +272,7 @@ def _connect(address, key):
         if shell is not None:  # (pre/post_execute fire for silent cells too, unlike *_run_cell)
             shell.events.register("pre_execute", _new_cell)
             shell.events.register("post_execute", _cell_done)
-        _flusher = threading.Thread(target=_flush_forever, name="ddplab-telemetry", daemon=True)
+        _flusher = threading.Thread(target=_agent, name="ddplab-telemetry", daemon=True)
         _flusher.start()
 
 
@@ -244,19 +289,12 @@ def _listening_ports():
     return {c.laddr.port for c in psutil.Process().net_connections("tcp") if c.status == psutil.CONN_LISTEN}
 
 
-def _close_group(ports=()):
-    """Cut this rank's links to its peers, so peers waiting on it in a collective fail at once.
-
-    Destroying the process group alone is not enough: a rank whose collective already failed
-    keeps its gloo sockets open (the failed work still holds the group), and a peer waiting on
-    it would wait out the timeout. So every TCP connection to a gloo port of the group (`ports`:
-    every rank's gloo listeners; and this rank's own listeners) is shut down; gloo then sees
-    "Connection closed by peer" on the other side.
-    """
-    import socket
-
+def _cut(ports=()):
+    """Cut this rank's links to its peers: every TCP connection to a gloo port of the group (`ports`:
+    every rank's gloo listeners; and this rank's own listeners) is shut down, so a collective that
+    waits on them fails ("Connection closed by peer") here and on the other side. Safe from another
+    thread than the one blocked in the collective: the descriptors stay gloo's."""
     import psutil
-    import torch.distributed as dist
 
     ports = set(ports) | _listening_ports()
     for c in psutil.Process().net_connections("tcp"):
@@ -271,8 +309,24 @@ def _close_group(ports=()):
                 pass
             finally:
                 s.detach()  # gloo still owns the descriptor
+
+
+def _close_group(ports=()):
+    """Cut this (idle) rank's links and destroy its group, so peers waiting on it in a collective
+    fail at once. Destroying the group alone is not enough: a rank whose collective already failed
+    keeps its gloo sockets open (the failed work still holds the group)."""
+    import torch.distributed as dist
+
+    _cut(ports)
     if dist.is_initialized():
-        dist.destroy_process_group()
+        _destroy()
+
+
+def _destroy():
+    """ddplab's own destroy_process_group (the learner's is wrapped to leave a hint, probe.py)."""
+    import torch.distributed as dist
+
+    getattr(dist.destroy_process_group, "__wrapped__", dist.destroy_process_group)()
 
 
 def _bound_to_old_group():
@@ -316,7 +370,7 @@ def form_group(rank, world_size, rendezvous, timeout, threads, telemetry=None, f
     `flush` seconds and signed with `key` (it reaches the rank in this call: ipyparallel's signed
     channel).
     """
-    global _rank, _flush_every
+    global _rank, _flush_every, _formed
     _flush_every = flush
     import torch
     import torch._dynamo  # noqa: F401 - DistributedDataParallel() needs it: imported now, not in a cell
@@ -329,7 +383,7 @@ def form_group(rank, world_size, rendezvous, timeout, threads, telemetry=None, f
     if "torch.nn.parallel" in __import__("sys").modules:  # only if DDP was ever used here
         stale = _bound_to_old_group()
     if dist.is_initialized():
-        dist.destroy_process_group()
+        _destroy()
     kind, _, where = rendezvous.partition("://")
     wait = datetime.timedelta(seconds=timeout)
     if kind == "file":
@@ -344,8 +398,12 @@ def form_group(rank, world_size, rendezvous, timeout, threads, telemetry=None, f
                               master_listen_fd=_store_socket(host, int(port)) if rank == 0 else None)
     else:
         raise ValueError(f"unknown rendezvous {rendezvous!r}: use file:///path, signed://host:port or tcp://host:port")
-    dist.init_process_group("gloo", store=store, rank=rank, world_size=world_size, timeout=wait)
-    _rank = rank
+    from . import probe
+
+    init = getattr(dist.init_process_group, "__wrapped__", dist.init_process_group)
+    init("gloo", store=store, rank=rank, world_size=world_size, timeout=wait)
+    _rank, _formed = rank, True
+    probe.patch(lambda: _formed)
     if telemetry:
         _connect(telemetry, key)
 
@@ -400,7 +458,7 @@ def _leave():
     import torch.distributed as dist
 
     if dist.is_initialized():
-        dist.destroy_process_group()
+        _destroy()
     if "ddplab.store" in __import__("sys").modules:
         __import__("sys").modules["ddplab.store"].stop()
     with _lock:

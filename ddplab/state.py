@@ -65,11 +65,12 @@ class RankStates:
 class RankStatus:
     """What the notebook knows of one rank right now."""
 
-    __slots__ = ("rank", "step", "loss", "rate", "heard", "phase", "output", "error", "points", "fault")
+    __slots__ = ("rank", "step", "loss", "rate", "heard", "phase", "output", "error", "points", "fault", "where")
 
     def __init__(self, rank):
         self.rank = rank
         self.step = self.loss = self.rate = self.heard = self.phase = self.error = self.fault = None
+        self.where = None  # while a long cell runs: its line, and the collective it waits in (probe.py)
         self.output = ""
         self.points = 0  # points received in the current cell
 
@@ -111,7 +112,7 @@ class RunState:
         self.message = ""
         for r in ranks:
             s = self.ranks[r]
-            s.step = s.loss = s.rate = s.phase = s.error = None
+            s.step = s.loss = s.rate = s.phase = s.error = s.where = None
             s.output, s.points = "", 0
             self.states.set(r, RUNNING)
         self.touch()
@@ -139,6 +140,11 @@ class RunState:
         self.notices[topic] = sentence
         self.touch()
         return True
+
+    def set_where(self, rank, where):
+        if self.ranks[rank].where != where:
+            self.ranks[rank].where = where
+            self.touch()
 
     def set_phase(self, rank, phase):
         self.ranks[rank].phase = phase

@@ -24,6 +24,7 @@ class Live:
     run_state: RunState
     metrics: LiveMetrics
     cell_of: dict = field(default_factory=dict)  # (rank, the rank's own cell count) -> notebook cell
+    hints: dict = field(default_factory=dict)  # what ranks did by mistake this cell: hint -> ranks
 
     @classmethod
     def new(cls, world_size):
@@ -31,7 +32,8 @@ class Live:
 
 
 class Telemetry:
-    """A PULL socket the ranks push batches to, and the drops it saw.
+    """A ROUTER socket the ranks send batches to (and through which the notebook sends them signed
+    commands: command()), and the drops it saw.
 
     where: "ipc://DIR" (a socket file in the pool's private folder: other users cannot reach it)
     or "tcp://HOST" (ranks on other hosts; a random port). Every batch must carry the pool's
@@ -39,8 +41,9 @@ class Telemetry:
 
     def __init__(self, where, key):
         self.key = key
-        self.socket = zmq.Context.instance().socket(zmq.PULL)
+        self.socket = zmq.Context.instance().socket(zmq.ROUTER)
         self.socket.setsockopt(zmq.LINGER, 0)
+        self.socket.setsockopt(zmq.ROUTER_HANDOVER, 1)  # a restarted rank takes over its name
         self.socket.setsockopt(zmq.MAXMSGSIZE, 64 << 20)  # a frame larger than any batch: cut by zmq
         if where.startswith("ipc://"):
             self.address = f"{where.rstrip('/')}/telemetry"
@@ -55,14 +58,14 @@ class Telemetry:
         """Every good batch waiting now (wire.Batch); bad ones are counted in self.dropped."""
         while True:
             try:
-                frames = self.socket.recv_multipart(zmq.NOBLOCK, copy=False)
+                frames = self.socket.recv_multipart(zmq.NOBLOCK, copy=False)[1:]  # after the sender's name
             except zmq.Again:
                 return
             except zmq.ZMQError:  # a message zmq itself refused (too large, ...): nothing to read
                 continue
-            batch, why = wire.decode(self.key, frames)
+            batch, why = wire.decode(self.key, frames) if frames else (None, "malformed")
             if batch is None:
-                sender = _peer(frames[0])
+                sender = _peer(frames[0]) if frames else ""
                 self.dropped[why, sender] = self.dropped.get((why, sender), 0) + 1
                 continue
             yield batch
@@ -73,6 +76,16 @@ class Telemetry:
         return {(why, sender): f"{count} {why} telemetry message{'s' if count != 1 else ''} dropped"
                                + (f" from {sender}" if sender else " (sender not known)")
                 for (why, sender), count in sorted(self.dropped.items())}
+
+    def command(self, rank, **command):
+        """Send a rank a signed command (rank.py's telemetry thread reads it within a tick)."""
+        import json
+
+        body = json.dumps(command).encode()
+        try:
+            self.socket.send_multipart([f"rank{rank}".encode(), wire.sign(self.key, [body]), body], zmq.NOBLOCK)
+        except zmq.ZMQError:  # the rank is not connected (gone): nothing to tell it
+            pass
 
     def wait(self, ms):
         """Block until a batch is waiting (or ms pass)."""
@@ -102,4 +115,8 @@ def merge(live, batch, now):
     for _t, kind, value in batch.events:
         if kind == "phase":
             rs.set_phase(rank, value)
+        elif kind == "hint":
+            live.hints.setdefault(value, set()).add(rank)
+    if batch.where is not None or batch.final:
+        rs.set_where(rank, None if batch.final else batch.where)
     return batch.final

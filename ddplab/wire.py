@@ -7,7 +7,9 @@ One batch from a rank is one zmq multipart message:
 - signature: HMAC-SHA256 of every other frame (each frame's length, then its bytes), with a key
   the notebook makes per pool and gives the ranks through ipyparallel's signed channel;
 - header: JSON {"v": 1, "rank": r, "cell": c, "n": points, "final": bool,
-  "events": [[time, "phase", name or null], ...], "extras": [name, ...]};
+  "events": [[time, kind, value or null], ...] (kind: "phase", "hint"), "extras": [name, ...],
+  "where": null or where the rank is while a long cell runs: {"line": cell line, "op": collective or
+  null, "group": "default" or "ranks 0,1", "shape": [...], "dtype": "float32", "since": seconds}};
 - step (int64), time, loss, samples (float64; NaN where not logged): n little-endian values each;
 - per extra scalar (lr=..., acc=...): the indices of the points that have it (int32) and its values.
 
@@ -38,13 +40,13 @@ def sign(key, frames):
     return mac.digest()
 
 
-def encode(key, rank, cell, columns, final=False, events=(), extras=None):
+def encode(key, rank, cell, columns, final=False, events=(), extras=None, where=None):
     """The frames of one batch. columns: step, time, loss, samples as array.array (or any
     buffer of n 8-byte values); extras: {name: (int32 indices, float64 values)}."""
     extras = extras or {}
     n = len(columns["step"])
     header = json.dumps({"v": VERSION, "rank": rank, "cell": cell, "n": n, "final": bool(final),
-                         "events": [list(e) for e in events], "extras": list(extras)}).encode()
+                         "events": [list(e) for e in events], "extras": list(extras), "where": where}).encode()
     frames = [header, *(_little(columns[c]) for c in COLUMNS)]
     for name in extras:
         index, values = extras[name]
@@ -73,6 +75,7 @@ class Batch:
     samples: object
     events: list = field(default_factory=list)  # (time, kind, value)
     extras: dict = field(default_factory=dict)  # name -> (indices, values)
+    where: dict = None  # where the rank is (a long cell): line, op, group, shape, dtype, since
 
     def __len__(self):
         return len(self.step)
@@ -119,13 +122,31 @@ def _parse(frames):
         if len(index) != len(values) or (len(index) and not 0 <= index.min() <= index.max() < n):
             raise ValueError(f"extra {name!r}: bad indices")
         extras[name] = (index, values)
+    where = _where(h.get("where"))
     checked = []
     for e in events:
         if not (isinstance(e, list) and len(e) == 3 and isinstance(e[0], (int, float)) and isinstance(e[1], str)
                 and (e[2] is None or isinstance(e[2], str))):
             raise ValueError("bad event")
         checked.append(tuple(e))
-    return Batch(rank, cell, final, cols["step"], cols["time"], cols["loss"], cols["samples"], checked, extras)
+    return Batch(rank, cell, final, cols["step"], cols["time"], cols["loss"], cols["samples"], checked, extras, where)
+
+
+WHERE = {"line": int, "op": str, "group": str, "shape": list, "dtype": str, "since": (int, float)}
+
+
+def _where(w):
+    """A where-record as a rank sends it, checked field by field (None: not sent)."""
+    if w is None:
+        return None
+    if not isinstance(w, dict) or set(w) - set(WHERE):
+        raise ValueError("bad where")
+    for k, v in w.items():
+        if v is not None and (isinstance(v, bool) or not isinstance(v, WHERE[k])):
+            raise ValueError(f"bad where.{k}")
+    if w.get("shape") is not None and not all(isinstance(d, int) for d in w["shape"]):
+        raise ValueError("bad where.shape")
+    return w
 
 
 def _whole(x):

@@ -193,7 +193,17 @@ def header(lab_info, run_state, metrics, now, lang="en"):
     elif run_state.message:  # start-up progress, or what was done after a failure
         parts.append(escape(run_state.message))
     notices = "".join(f'<div class="ddplab-notice">⚠ {escape(n)}</div>' for n in run_state.notices.values())
-    return " · ".join(parts) + notices
+    return " · ".join(parts) + notices + where_line(run_state, lang)
+
+
+def where_line(run_state, lang="en"):
+    """Where each rank of a long cell is: its line, the collective it waits in and for how long."""
+    from ..diagnose import where_text
+
+    if run_state.cell_ended is not None:
+        return ""
+    text = where_text({r: run_state.ranks[r].where for r in run_state.running}, lang)
+    return f'<div class="ddplab-where">{escape(text)}</div>' if text else ""
 
 
 STYLE = """<style>
@@ -206,4 +216,5 @@ STYLE = """<style>
 .ddplab-dashboard .ddplab-title {font-size: 12px; color: #444; font-family: sans-serif; margin: 2px 0 0 6px;}
 .ddplab-dashboard pre {margin: 0; font-size: 11px; max-height: 180px; overflow-y: auto;}
 .ddplab-dashboard .ddplab-notice {color: #8a5a00; font-size: 12px;}
+.ddplab-dashboard .ddplab-where {color: #444; font-size: 12px; font-family: monospace;}
 </style>"""

@@ -36,8 +36,10 @@ def rank_streams(result):
 
 
 def show_result(result):
-    """Print each rank's output apart, then its displays and the value of its last expression."""
+    """Print each rank's output apart, then its displays and the value of its last expression,
+    then what the cell did by mistake (once)."""
     out, err = rank_streams(result)
+    err += "".join(f"ddplab: {hint}\n" for hint in getattr(result, "hints", []))
     if out:
         sys.stdout.write(out)
         sys.stdout.flush()
@@ -111,8 +113,8 @@ class TextView(View):
     """Outside a notebook front end (terminal IPython, the CLI): the dashboard's facts as compact
     lines, every `every` seconds while ranks train; a rank that dies, at once."""
 
-    def __init__(self, every=2.0, stream=None):
-        self.every = every
+    def __init__(self, every=2.0, stream=None, lang="en"):
+        self.every, self.lang = every, lang
         self.stream = stream
         self.last = 0.0
         self.told = {}
@@ -143,7 +145,8 @@ class TextView(View):
                 self.told[r] = st.LOST
                 self._print(f"[rank {r}] lost: {rs.ranks[r].error or ''}".rstrip())
         now = time.monotonic()
-        if now - self.last >= self.every and any(rs.ranks[r].points for r in rs.running):
+        stuck = any(rs.ranks[r].where for r in rs.running)
+        if now - self.last >= self.every and (stuck or any(rs.ranks[r].points for r in rs.running)):
             self.last = now
             self._lines(live, now)
 
@@ -155,6 +158,14 @@ class TextView(View):
                 loss = "" if s.loss is None else f" loss {s.loss:.4f}"
                 rate = "" if s.rate is None else f" samples/s {s.rate:.0f}"
                 self._print(f"[rank {r}] {rs.states[r]} step {s.step}{loss}{rate}")
+        from ..diagnose import where_text
+
+        wheres = {r: rs.ranks[r].where for r in rs.running}
+        waiting = any((w or {}).get("since") and w["since"] >= 2 for w in wheres.values())
+        if rs.cell_ended is None and (waiting or not any(rs.ranks[r].points for r in rs.running)):
+            where = where_text(wheres, self.lang)  # only when it helps: a rank waits, or nothing is logged
+            if where:
+                self._print(f"[where]  {where}")
         total = [x for x in live.metrics.current if x is not None]
         if len(total) > 1:
             self._print(f"[all]    {rs.elapsed(now):.1f} s, {sum(total):.0f} samples/s in total")

@@ -168,6 +168,10 @@ ZH_NOTEBOOK = {
          "source": "%load_ext ddplab\n%ddp_start 2 --lang zh"},
         {"cell_type": "code", "metadata": {}, "outputs": [], "execution_count": None,
          "source": "%%ddp\nfrom ddplab.workloads import train_ddp\nsummary = train_ddp(steps=80)"},
+        {"cell_type": "code", "metadata": {}, "outputs": [], "execution_count": None,  # (Run All stops at errors)
+         "source": "try:\n    get_ipython().run_cell_magic('ddp', '', 'secret = 41 + rank\\nraise ValueError(\"boom\")')\n"
+                   "except Exception:\n    pass"},
+        {"cell_type": "code", "metadata": {}, "outputs": [], "execution_count": None, "source": "%ddp_debug 1"},
     ],
     "metadata": {"kernelspec": {"name": "python3", "display_name": "Python 3", "language": "python"}},
     "nbformat": 4, "nbformat_minor": 5,
@@ -197,6 +201,15 @@ def test_chinese_labels_render_with_a_cjk_font(jupyterlab, browser):
             const g = c.getContext('2d'); g.font = '24px sans-serif'; g.fillText(ch, 2, 26);
             return Array.from(g.getImageData(0, 0, 32, 32).data).join(','); };
         return draw('训') !== draw(String.fromCharCode(0xE000)) && draw('训') !== draw('川'); }""")
+    # %ddp_debug asks for pdb commands through JupyterLab's input box
+    box = page.locator(".jp-Stdin-input").first
+    box.wait_for(timeout=60_000)
+    box.fill("p secret")
+    box.press("Enter")
+    page.wait_for_function("() => document.body.innerText.includes('(Pdb rank 1)') && "
+                           "/\\n42\\n/.test(document.body.innerText)", timeout=30_000)
+    page.locator(".jp-Stdin-input").first.fill("q")
+    page.locator(".jp-Stdin-input").first.press("Enter")
     live.scroll_into_view_if_needed()
     live.screenshot(path=str(ARTIFACTS / "dashboard-zh.png"))
     # nothing clipped at 1280 px with the file browser open: every table (live and the cell's

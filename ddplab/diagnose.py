@@ -1,0 +1,152 @@
+"""Where each rank is, and collectives that can never finish, from what the ranks report (probe.py
+sends each rank's line and collective while a cell runs longer than a second). Pure: no torch.
+
+- where_text(): "rank 2: all_reduce (line 7), waiting 12 s; ranks 0, 1, 3: broadcast (line 5)"
+- mismatch(): ranks waiting in collectives that cannot match (another op, group, shape or dtype
+  on a peer they wait for), or waiting for ranks that finished the cell, or that do not run it.
+- HINTS: what learners do by mistake, in English and Chinese.
+"""
+from dataclasses import dataclass
+
+BLOCKED = 1.0  # seconds in a collective before a rank counts as waiting in it
+SKIPPED = 2.0  # seconds ranks wait for a rank that finished the cell before it is called a mismatch
+POINT_TO_POINT = {"send", "recv", "isend", "irecv"}  # a send and a recv are a pair, not a mismatch
+
+TEXTS = {
+    "en": {
+        "line": "line {line}", "waiting": "waiting {s:.0f} s", "running": "running", "rank": "rank", "ranks": "ranks",
+        "mismatch": "collective mismatch: {calls}. Every rank of a group must call the same collectives, in the "
+                    "same order, with tensors of the same shape and dtype",
+        "called": "{who} called {call}",
+        "skipped": "{who} wait in {call} for {peers}, which finished the cell without calling it",
+        "absent": "{who} wait in {call} for {peers}, which do not run this cell (%%ddp --ranks): a collective on "
+                  "the default group needs every rank",
+        "at": "at line {line}", "group": "{group} group",
+    },
+    "zh": {
+        "line": "第 {line} 行", "waiting": "已等待 {s:.0f} 秒", "running": "运行中", "rank": "rank", "ranks": "rank",
+        "mismatch": "集合通信不匹配：{calls}。同一进程组里的每个 rank 必须以相同的顺序调用相同的集合通信，"
+                    "张量的形状和数据类型也必须相同",
+        "called": "{who} 调用了 {call}",
+        "skipped": "{who} 在 {call} 中等待 {peers}，而后者没有调用它就结束了这个单元格",
+        "absent": "{who} 在 {call} 中等待 {peers}，而后者没有运行这个单元格（%%ddp --ranks）：默认进程组上的集合通信需要所有 rank",
+        "at": "第 {line} 行", "group": "{group} 进程组",
+    },
+}
+HINTS = {
+    "init_again": {
+        "en": "init_process_group(...) in a cell: ddplab already formed this group (gloo, every rank), so the line "
+              "did nothing here and can go (a script started by torchrun needs it)",
+        "zh": "单元格中的 init_process_group(...)：ddplab 已经建立了这个进程组（gloo，所有 rank），所以这一行在这里"
+              "什么也没做，可以删掉（由 torchrun 启动的脚本才需要它）"},
+    "init_other": {
+        "en": "init_process_group(...) asked for a group other than the one ddplab formed: use dist.new_group(ranks) "
+              "for a group of some ranks, or %ddp_stop and %ddp_start for another pool",
+        "zh": "init_process_group(...) 要求的进程组与 ddplab 建立的不同：要为部分 rank 建组请用 dist.new_group(ranks)，"
+              "要换一个进程池请先 %ddp_stop 再 %ddp_start"},
+    "destroyed": {
+        "en": "the cell called dist.destroy_process_group(): ddplab formed the group again ({ms:.0f} ms), so the next "
+              "cell has one; objects made with the old group (a DDP model, a new_group) must be made again",
+        "zh": "这个单元格调用了 dist.destroy_process_group()：ddplab 已重新建立进程组（{ms:.0f} 毫秒），下一个单元格可以"
+              "照常使用；用旧进程组创建的对象（DDP 模型、new_group）需要重新创建"},
+    "set_epoch": {
+        "en": "a DistributedSampler was iterated again without set_epoch(epoch): every epoch gets the same order of "
+              "samples; call sampler.set_epoch(epoch) at the start of each epoch",
+        "zh": "DistributedSampler 在没有调用 set_epoch(epoch) 的情况下被再次遍历：每个 epoch 的样本顺序都一样；"
+              "请在每个 epoch 开始时调用 sampler.set_epoch(epoch)"},
+}
+
+
+@dataclass
+class Mismatch:
+    text: str
+    ranks: list  # every rank involved
+
+
+def _t(lang):
+    return TEXTS.get(lang, TEXTS["en"])
+
+
+def who(ranks, lang="en"):
+    t = _t(lang)
+    return f"{t['rank'] if len(ranks) == 1 else t['ranks']} {', '.join(map(str, sorted(ranks)))}"
+
+
+def call(where, lang="en", line=True):
+    """all_reduce(float32 [1], default group) at line 7"""
+    t = _t(lang)
+    tensor = f"{where['dtype']} {where['shape']}" if where.get("dtype") else ""
+    group = t["group"].format(group=where["group"]) if where.get("group") else ""
+    inside = ", ".join(x for x in (tensor, group) if x)
+    at = f" {t['at'].format(line=where['line'])}" if line and where.get("line") else ""
+    return f"{where['op']}({inside}){at}"
+
+
+def where_text(wheres, lang="en"):
+    """One line for the ranks of a long cell: {rank: where or None} -> text ('' if nothing known)."""
+    t = _t(lang)
+    groups = {}
+    for r, w in sorted(wheres.items()):
+        if not w:
+            continue
+        if w.get("op"):
+            group = "" if w.get("group") in (None, "default") else f" [{w['group']}]"
+            key = f"{w['op']}{group} ({t['line'].format(line=w['line'])}), {t['waiting'].format(s=w.get('since') or 0)}"
+        else:
+            key = t["line"].format(line=w["line"]) if w.get("line") else t["running"]
+        groups.setdefault(key, []).append(r)
+    return "; ".join(f"{who(ranks, lang)}: {key}" for key, ranks in groups.items())
+
+
+def _members(group, world_size):
+    if group == "default":
+        return set(range(world_size))
+    if group and group.startswith("ranks "):
+        try:
+            return {int(x) for x in group[6:].split(",")}
+        except ValueError:
+            return None
+    return None
+
+
+def _signature(w):
+    return (w["op"], w.get("group"), tuple(w.get("shape") or ()), w.get("dtype"))
+
+
+def mismatch(wheres, running, finished, world_size, lang="en", cell_ranks=None):
+    """A Mismatch if ranks wait in collectives that can never finish, else None.
+
+    wheres: rank -> where (probe.py) of the ranks still running; finished: ranks of the cell that
+    ended; cell_ranks: the ranks running the cell (all by default)."""
+    t = _t(lang)
+    cell_ranks = set(range(world_size) if cell_ranks is None else cell_ranks)
+    waiting = {r: w for r, w in wheres.items() if r in running and w and w.get("op")
+               and w["op"] not in POINT_TO_POINT and (w.get("since") or 0) >= BLOCKED}
+    for r, w in sorted(waiting.items()):
+        members = _members(w.get("group"), world_size)
+        if members is None:
+            continue
+        absent = sorted(members - cell_ranks)
+        if absent:
+            same = sorted(q for q, v in waiting.items() if _signature(v) == _signature(w))
+            return Mismatch(t["absent"].format(who=who(same, lang), call=call(w, lang), peers=who(absent, lang)),
+                            same + absent)
+        gone = sorted(members & set(finished))
+        if gone and (w.get("since") or 0) >= SKIPPED:
+            same = sorted(q for q, v in waiting.items() if _signature(v) == _signature(w))
+            return Mismatch(t["skipped"].format(who=who(same, lang), call=call(w, lang), peers=who(gone, lang)),
+                            same + gone)
+        others = {q: v for q, v in waiting.items() if q in members and _signature(v) != _signature(w)}
+        if others and all(q in waiting for q in members & set(running)):
+            calls = {}
+            for q in sorted(members & set(waiting)):
+                calls.setdefault(call(waiting[q], lang), []).append(q)
+            text = "; ".join(t["called"].format(who=who(qs, lang), call=c)
+                             for c, qs in sorted(calls.items(), key=lambda kv: kv[1]))
+            return Mismatch(t["mismatch"].format(calls=text), sorted(members & set(waiting)))
+    return None
+
+
+def hint_text(key, lang="en", **values):
+    texts = HINTS[key]
+    return texts.get(lang, texts["en"]).format(**values)

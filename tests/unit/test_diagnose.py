@@ -1,0 +1,61 @@
+"""Where ranks are and which collectives can never finish: pure functions of what ranks report."""
+from ddplab.diagnose import HINTS, hint_text, mismatch, where_text
+
+
+def waiting(op, line, since=2.0, group="default", shape=(1,), dtype="float32"):
+    return {"line": line, "op": op, "group": group, "shape": list(shape), "dtype": dtype, "since": since}
+
+
+def test_where_groups_ranks_that_are_at_the_same_place():
+    wheres = {0: waiting("broadcast", 5, 3.0), 1: waiting("all_reduce", 7, 12.4), 2: waiting("all_reduce", 7, 12.4),
+              3: {"line": 9, "op": None, "group": None, "shape": None, "dtype": None, "since": None}}
+    assert where_text(wheres) == ("rank 0: broadcast (line 5), waiting 3 s; ranks 1, 2: all_reduce (line 7), "
+                                  "waiting 12 s; rank 3: line 9")
+    assert "第 7 行" in where_text(wheres, "zh") and "已等待 12 秒" in where_text(wheres, "zh")
+    assert where_text({0: waiting("all_reduce", 3, group="ranks 0,1")}) == \
+        "rank 0: all_reduce [ranks 0,1] (line 3), waiting 2 s"
+    assert where_text({0: None}) == ""
+
+
+def test_different_collectives_at_the_same_point_are_a_mismatch():
+    wheres = {0: waiting("broadcast", 5), 1: waiting("all_reduce", 4), 2: waiting("all_reduce", 4), 3: waiting("all_reduce", 4)}
+    m = mismatch(wheres, [0, 1, 2, 3], [], 4)
+    assert m.ranks == [0, 1, 2, 3]
+    assert m.text.startswith("collective mismatch: rank 0 called broadcast(float32 [1], default group) at line 5; "
+                             "ranks 1, 2, 3 called all_reduce(float32 [1], default group) at line 4")
+    assert mismatch(wheres, [0, 1, 2, 3], [], 4, "zh").text.startswith("集合通信不匹配")
+
+
+def test_shapes_and_dtypes_must_match_too():
+    wheres = {0: waiting("all_reduce", 3, shape=(2,)), 1: waiting("all_reduce", 3, shape=(3,))}
+    assert "float32 [2]" in mismatch(wheres, [0, 1], [], 2).text
+    wheres = {0: waiting("all_reduce", 3, dtype="float32"), 1: waiting("all_reduce", 3, dtype="bfloat16")}
+    assert "bfloat16" in mismatch(wheres, [0, 1], [], 2).text
+
+
+def test_no_mismatch_while_a_rank_still_computes_or_waits_briefly():
+    wheres = {1: waiting("all_reduce", 4), 2: waiting("all_reduce", 4),
+              0: {"line": 2, "op": None, "group": None, "shape": None, "dtype": None, "since": None}}
+    assert mismatch(wheres, [0, 1, 2], [], 3) is None  # rank 0 may still call all_reduce: a straggler
+    assert mismatch({0: waiting("broadcast", 5, since=0.2), 1: waiting("all_reduce", 4)}, [0, 1], [], 2) is None
+    assert mismatch({0: waiting("send", 5), 1: waiting("recv", 6)}, [0, 1], [], 2) is None  # a pair
+    # separate groups, each whole: two different collectives at once are fine
+    wheres = {0: waiting("all_reduce", 3, group="ranks 0,1"), 1: waiting("all_reduce", 3, group="ranks 0,1"),
+              2: waiting("broadcast", 4, group="ranks 2,3"), 3: waiting("broadcast", 4, group="ranks 2,3")}
+    assert mismatch(wheres, [0, 1, 2, 3], [], 4) is None
+
+
+def test_waiting_for_a_rank_that_finished_or_does_not_run_the_cell():
+    wheres = {1: waiting("all_reduce", 3, since=2.5), 2: waiting("all_reduce", 3, since=2.5)}
+    m = mismatch(wheres, [1, 2], [0], 3)
+    assert m.text == ("ranks 1, 2 wait in all_reduce(float32 [1], default group) at line 3 for rank 0, which "
+                      "finished the cell without calling it") and m.ranks == [1, 2, 0]
+    m = mismatch({0: waiting("barrier", 1, shape=()), 1: waiting("barrier", 1, shape=())}, [0, 1], [], 4,
+                 cell_ranks=[0, 1])
+    assert "ranks 2, 3, which do not run this cell" in m.text
+
+
+def test_every_hint_in_both_languages():
+    for key in HINTS:
+        en, zh = hint_text(key, "en", ms=40), hint_text(key, "zh", ms=40)
+        assert en and zh and en != zh and "\n" not in en
