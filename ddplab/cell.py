@@ -35,6 +35,7 @@ class RunResult:
     failure_order: list = field(default_factory=list)  # failed ranks, root cause first
     recovery: list = field(default_factory=list)  # what ddplab did about failures, for the user
     hints: list = field(default_factory=list)  # what the cell did by mistake, said once (diagnose.HINTS)
+    waited: str = ""  # where the ranks were the last time some waited in a collective (a long cell)
 
     def __getitem__(self, rank):
         return self.outputs[self.ranks.index(rank)]
@@ -128,7 +129,7 @@ def collect(outcome, run_state, info, seconds):
     failed = [o for o in outputs if o.error]
     # the root cause: a rank that raised (or died) on its own; echoes are cut-off collectives
     order = sorted(failed, key=lambda o: (is_echo(o.error), outcome.failed_at.get(o.rank, float("inf"))))
-    return RunResult(list(outcome.ranks), outputs, seconds, [o.rank for o in order])
+    return RunResult(list(outcome.ranks), outputs, seconds, [o.rank for o in order], waited=outcome.waited)
 
 
 def comm_error(error):

@@ -9,7 +9,7 @@ sends each rank's line and collective while a cell runs longer than a second). P
 from dataclasses import dataclass
 
 BLOCKED = 1.0  # seconds in a collective before a rank counts as waiting in it
-SKIPPED = 2.0  # seconds ranks wait for a rank that finished the cell before it is called a mismatch
+SKIPPED = 1.0  # seconds ranks wait for a rank that finished the cell (it cannot come back) before it is said
 POINT_TO_POINT = {"send", "recv", "isend", "irecv"}  # a send and a recv are a pair, not a mismatch
 
 TEXTS = {
@@ -18,8 +18,11 @@ TEXTS = {
         "mismatch": "collective mismatch: {calls}. Every rank of a group must call the same collectives, in the "
                     "same order, with tensors of the same shape and dtype",
         "called": "{who} called {call}",
-        "skipped": "{who} wait in {call} for {peers}, which finished the cell without calling it",
-        "absent": "{who} wait in {call} for {peers}, which do not run this cell (%%ddp --ranks): a collective on "
+        "skipped": "{who} {wait} in {call} for {peers}, which finished the cell without calling it",
+        "waits_for": "{who} {wait} in {call}; {peers}",
+        "called_and_finished": "{who} called {call} and finished the cell",
+        "finished_without": "{who} finished the cell without calling it",
+        "absent": "{who} {wait} in {call} for {peers}, which do not run this cell (%%ddp --ranks): a collective on "
                   "the default group needs every rank",
         "at": "at line {line}", "group": "{group} group",
     },
@@ -28,8 +31,11 @@ TEXTS = {
         "mismatch": "集合通信不匹配：{calls}。同一进程组里的每个 rank 必须以相同的顺序调用相同的集合通信，"
                     "张量的形状和数据类型也必须相同",
         "called": "{who} 调用了 {call}",
-        "skipped": "{who} 在 {call} 中等待 {peers}，而后者没有调用它就结束了这个单元格",
-        "absent": "{who} 在 {call} 中等待 {peers}，而后者没有运行这个单元格（%%ddp --ranks）：默认进程组上的集合通信需要所有 rank",
+        "skipped": "{who}{wait} 在 {call} 中等待 {peers}，而后者没有调用它就结束了这个单元格",
+        "waits_for": "{who}{wait} 在 {call} 中等待；{peers}",
+        "called_and_finished": "{who} 调用了 {call} 并结束了这个单元格",
+        "finished_without": "{who} 没有调用它就结束了这个单元格",
+        "absent": "{who}{wait} 在 {call} 中等待 {peers}，而后者没有运行这个单元格（%%ddp --ranks）：默认进程组上的集合通信需要所有 rank",
         "at": "第 {line} 行", "group": "{group} 进程组",
     },
 }
@@ -65,6 +71,10 @@ class Mismatch:
 
 def _t(lang):
     return TEXTS.get(lang, TEXTS["en"])
+
+
+def _wait(ranks, lang):
+    return "" if lang == "zh" else ("waits" if len(ranks) == 1 else "wait")
 
 
 def who(ranks, lang="en"):
@@ -113,11 +123,12 @@ def _signature(w):
     return (w["op"], w.get("group"), tuple(w.get("shape") or ()), w.get("dtype"))
 
 
-def mismatch(wheres, running, finished, world_size, lang="en", cell_ranks=None):
+def mismatch(wheres, running, finished, world_size, lang="en", cell_ranks=None, calls=None):
     """A Mismatch if ranks wait in collectives that can never finish, else None.
 
     wheres: rank -> where (probe.py) of the ranks still running; finished: ranks of the cell that
-    ended; cell_ranks: the ranks running the cell (all by default)."""
+    ended; cell_ranks: the ranks running the cell (all by default); calls: rank -> the collectives a
+    finished rank entered ({"calls": n, "last": its last one}), when it said."""
     t = _t(lang)
     cell_ranks = set(range(world_size) if cell_ranks is None else cell_ranks)
     waiting = {r: w for r, w in wheres.items() if r in running and w and w.get("op")
@@ -126,16 +137,15 @@ def mismatch(wheres, running, finished, world_size, lang="en", cell_ranks=None):
         members = _members(w.get("group"), world_size)
         if members is None:
             continue
+        same = sorted(q for q, v in wheres.items() if q in running and v and v.get("op")
+                      and _signature(v) == _signature(w))  # every rank there, however long it has waited
         absent = sorted(members - cell_ranks)
         if absent:
-            same = sorted(q for q, v in waiting.items() if _signature(v) == _signature(w))
-            return Mismatch(t["absent"].format(who=who(same, lang), call=call(w, lang), peers=who(absent, lang)),
-                            same + absent)
+            return Mismatch(t["absent"].format(who=who(same, lang), wait=_wait(same, lang), call=call(w, lang),
+                                               peers=who(absent, lang)), same + absent)
         gone = sorted(members & set(finished))
         if gone and (w.get("since") or 0) >= SKIPPED:
-            same = sorted(q for q, v in waiting.items() if _signature(v) == _signature(w))
-            return Mismatch(t["skipped"].format(who=who(same, lang), call=call(w, lang), peers=who(gone, lang)),
-                            same + gone)
+            return Mismatch(_waiting_for_finished(w, same, gone, calls or {}, lang), same + gone)
         others = {q: v for q, v in waiting.items() if q in members and _signature(v) != _signature(w)}
         if others and all(q in waiting for q in members & set(running)):
             calls = {}
@@ -145,6 +155,25 @@ def mismatch(wheres, running, finished, world_size, lang="en", cell_ranks=None):
                              for c, qs in sorted(calls.items(), key=lambda kv: kv[1]))
             return Mismatch(t["mismatch"].format(calls=text), sorted(members & set(waiting)))
     return None
+
+
+def _waiting_for_finished(w, same, gone, calls, lang):
+    """Ranks wait in collective number k of the cell for ranks that finished it: what those did."""
+    t = _t(lang)
+    k = w.get("calls")
+    if k is None or not any(g in calls for g in gone):
+        return t["skipped"].format(who=who(same, lang), wait=_wait(same, lang), call=call(w, lang),
+                                   peers=who(gone, lang))
+    parts = {}
+    for g in gone:
+        done = calls.get(g) or {}
+        last = done.get("last")
+        if (done.get("calls") or 0) >= k and last and last.get("op"):
+            parts.setdefault(t["called_and_finished"].format(who="{who}", call=call(last, lang)), []).append(g)
+        else:
+            parts.setdefault(t["finished_without"], []).append(g)
+    peers = "; ".join(text.format(who=who(ranks, lang)) for text, ranks in parts.items())
+    return t["waits_for"].format(who=who(same, lang), wait=_wait(same, lang), call=call(w, lang), peers=peers)
 
 
 def hint_text(key, lang="en", **values):

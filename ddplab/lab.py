@@ -333,7 +333,7 @@ class Lab:
         self.run_state.begin_cell(ranks, time.monotonic())
         self.show("begin")
         tic = time.perf_counter()
-        self.live.hints = {}
+        self.live.hints, self.live.calls = {}, {}
         outcome, stopped_by = cell.execute(self._view(ranks), code, ranks, self.live, self.telemetry, self._hooks(),
                                            timeout, self.config.lang)
         result = self.last_result = cell.collect(outcome, self.run_state, self.info, time.perf_counter() - tic)

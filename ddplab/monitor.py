@@ -90,6 +90,7 @@ class Outcome:
     closed: set = field(default_factory=set)  # ranks whose group was closed to free the others
     failed_at: dict = field(default_factory=dict)  # rank -> when it was seen failed or lost
     mismatch: object = None  # diagnose.Mismatch: collectives that could never finish, cut
+    waited: str = ""  # where the ranks were, the last time some of them waited in a collective
 
 
 class Monitor:
@@ -100,6 +101,7 @@ class Monitor:
         self.lang = lang
         self.started = time.monotonic()
         self.mismatch, self.cut_at = None, None
+        self.waited = ""
         t = tunables()
         self.poll_every, self.frame, self.fail_fast = t.poll, t.frame, t.fail_fast
         self.escalate, self.look_every = t.escalate, t.look_every
@@ -190,9 +192,12 @@ class Monitor:
             if now - self.started < diagnose.BLOCKED:
                 return
             rs = self.live.run_state
+            wheres = {r: rs.ranks[r].where for r in self.ranks}
+            if any((w or {}).get("since") and w["since"] >= diagnose.BLOCKED for w in wheres.values()):
+                self.waited = diagnose.where_text(wheres, self.lang)  # the last picture of ranks waiting
             finished = [r for r in self.ranks if self.replies.done(r) and not self.replies.failed(r)]
             found = diagnose.mismatch({r: rs.ranks[r].where for r in running}, running, finished, rs.world_size,
-                                      self.lang, self.ranks)
+                                      self.lang, self.ranks, self.live.calls)
             if found is not None:
                 self.mismatch, self.cut_at = found, now
                 self.hooks.cut(running)
@@ -247,4 +252,4 @@ class Monitor:
                          list(self.replies.field(r, "outputs") or []), self.replies.reply(r))
                 for r in self.ranks]
         return Outcome(list(self.ranks), seen, dict(self.lost), set(self.killed), set(self.closed),
-                       dict(self.failed_at), self.mismatch)
+                       dict(self.failed_at), self.mismatch, self.waited)

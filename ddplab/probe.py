@@ -41,18 +41,62 @@ def where(thread_id):
         frame = frame.f_back
     if found is None:
         _entered.clear()
-        return {"line": line, "op": None, "group": None, "shape": None, "dtype": None, "since": None}
+        return {"line": line, "op": None, "group": None, "shape": None, "dtype": None, "since": None,
+                "calls": _calls["count"]}
     first = _entered.get(id(found))
     if first is None:
         _entered.clear()
         first = _entered[id(found)] = (time.monotonic(), _describe(found))
     since, described = time.monotonic() - first[0], first[1]
-    return {"line": line, "op": found.f_code.co_name, "since": round(since, 2), **described}
+    return {"line": line, "op": found.f_code.co_name, "since": round(since, 2), "calls": _calls["count"], **described}
+
+
+# ------------------------------------------------------------------ collectives this cell called
+_calls = {"count": 0, "last": None}  # how many collectives the cell entered, and the last one
+WATCHED = ("all_reduce", "broadcast", "all_gather", "all_gather_into_tensor", "reduce", "reduce_scatter",
+           "reduce_scatter_tensor", "gather", "scatter", "barrier", "all_to_all", "all_to_all_single",
+           "broadcast_object_list", "all_gather_object")
+
+
+def new_cell():
+    _calls["count"], _calls["last"] = 0, None
+
+
+def cell_calls():
+    """What the cell's collectives were: {"calls": n, "last": where-like record of the last one}."""
+    return {"calls": _calls["count"], "last": _calls["last"]}
+
+
+def _count(op, fn):
+    """Count a collective on its way in (a few microseconds; DDP's own all-reduces do not come
+    through here: its reducer calls gloo from C++)."""
+    import functools
+    import inspect
+
+    names = list(inspect.signature(fn).parameters)  # (torch's logging wrappers hide them from __code__)
+
+    @functools.wraps(fn)
+    def collective(*args, **kwargs):
+        _calls["count"] += 1
+        frame, line = sys._getframe(1), None
+        while frame is not None and line is None:
+            if is_cell(frame.f_code.co_filename):
+                line = frame.f_lineno
+            frame = frame.f_back
+        arguments = dict(zip(names, args), **kwargs)
+        _calls["last"] = {"line": line, "op": op, **_describe_arguments(arguments)}
+        return fn(*args, **kwargs)
+
+    collective.__wrapped__ = fn
+    return collective
 
 
 def _describe(frame):
     """The group and tensor a collective was called with (from its frame's arguments)."""
-    args = frame.f_locals
+    return _describe_arguments(frame.f_locals)
+
+
+def _describe_arguments(args):
     group = args.get("group")
     tensor = next((args[k] for k in ("tensor", "input_tensor", "inp", "output") if hasattr(args.get(k), "shape")), None)
     if tensor is None:
@@ -129,6 +173,10 @@ def patch(formed_by_ddplab):
     destroy_process_group.__wrapped__ = destroy
     for module in (dist, c10d):
         module.init_process_group, module.destroy_process_group = init_process_group, destroy_process_group
+    for op in WATCHED:
+        counted = _count(op, getattr(dist, op))
+        for module in (dist, c10d):
+            setattr(module, op, counted)
 
     seen = {}  # id(sampler) -> epoch of its last pass
     original_iter = DistributedSampler.__iter__

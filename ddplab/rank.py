@@ -163,7 +163,7 @@ def history():
     return cols
 
 
-WHERE_AFTER = 1.0  # seconds into a cell before the telemetry thread says where the rank is
+WHERE_AFTER = 0.5  # seconds into a cell before the telemetry thread says where the rank is
 
 
 def _flush(final=False, beat=False):
@@ -191,7 +191,8 @@ def _flush(final=False, beat=False):
             cols, extras = _log.since(start, stop)
             last = stop >= n
             frames = wire.encode(_key, _rank, cell, cols, final=final and last, events=events if last else (),
-                                 extras=extras, where=where if last else None)
+                                 extras=extras, where=where if last else None,
+                                 calls=probe.cell_calls() if final and last else None)
             try:
                 import zmq
 
@@ -240,7 +241,10 @@ def _commands():
 
 def _new_cell(*_):
     global _cell, _cell_t0, _step, _in_cell
+    from . import probe
+
     _flush()
+    probe.new_cell()
     _cell, _cell_t0, _step, _in_cell = _cell + 1, time.perf_counter(), -1, True
 
 

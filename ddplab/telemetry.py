@@ -25,6 +25,7 @@ class Live:
     metrics: LiveMetrics
     cell_of: dict = field(default_factory=dict)  # (rank, the rank's own cell count) -> notebook cell
     hints: dict = field(default_factory=dict)  # what ranks did by mistake this cell: hint -> ranks
+    calls: dict = field(default_factory=dict)  # rank -> the collectives of its cell, once it finished
 
     @classmethod
     def new(cls, world_size):
@@ -119,4 +120,6 @@ def merge(live, batch, now):
             live.hints.setdefault(value, set()).add(rank)
     if batch.where is not None or batch.final:
         rs.set_where(rank, None if batch.final else batch.where)
+    if batch.calls is not None:
+        live.calls[rank] = batch.calls  # what a rank that finished the cell had called
     return batch.final

@@ -40,13 +40,14 @@ def sign(key, frames):
     return mac.digest()
 
 
-def encode(key, rank, cell, columns, final=False, events=(), extras=None, where=None):
+def encode(key, rank, cell, columns, final=False, events=(), extras=None, where=None, calls=None):
     """The frames of one batch. columns: step, time, loss, samples as array.array (or any
     buffer of n 8-byte values); extras: {name: (int32 indices, float64 values)}."""
     extras = extras or {}
     n = len(columns["step"])
     header = json.dumps({"v": VERSION, "rank": rank, "cell": cell, "n": n, "final": bool(final),
-                         "events": [list(e) for e in events], "extras": list(extras), "where": where}).encode()
+                         "events": [list(e) for e in events], "extras": list(extras), "where": where,
+                         "calls": calls}).encode()
     frames = [header, *(_little(columns[c]) for c in COLUMNS)]
     for name in extras:
         index, values = extras[name]
@@ -75,7 +76,8 @@ class Batch:
     samples: object
     events: list = field(default_factory=list)  # (time, kind, value)
     extras: dict = field(default_factory=dict)  # name -> (indices, values)
-    where: dict = None  # where the rank is (a long cell): line, op, group, shape, dtype, since
+    where: dict = None  # where the rank is (a long cell): line, op, group, shape, dtype, since, calls
+    calls: dict = None  # with the cell's last batch: {"calls": collectives it entered, "last": the last one}
 
     def __len__(self):
         return len(self.step)
@@ -123,16 +125,22 @@ def _parse(frames):
             raise ValueError(f"extra {name!r}: bad indices")
         extras[name] = (index, values)
     where = _where(h.get("where"))
+    calls = h.get("calls")
+    if calls is not None:
+        if not (isinstance(calls, dict) and set(calls) <= {"calls", "last"} and _whole(calls.get("calls"))):
+            raise ValueError("bad calls")
+        calls = {"calls": calls["calls"], "last": _where(calls.get("last"))}
     checked = []
     for e in events:
         if not (isinstance(e, list) and len(e) == 3 and isinstance(e[0], (int, float)) and isinstance(e[1], str)
                 and (e[2] is None or isinstance(e[2], str))):
             raise ValueError("bad event")
         checked.append(tuple(e))
-    return Batch(rank, cell, final, cols["step"], cols["time"], cols["loss"], cols["samples"], checked, extras, where)
+    return Batch(rank, cell, final, cols["step"], cols["time"], cols["loss"], cols["samples"], checked, extras, where,
+                 calls)
 
 
-WHERE = {"line": int, "op": str, "group": str, "shape": list, "dtype": str, "since": (int, float)}
+WHERE = {"line": int, "op": str, "group": str, "shape": list, "dtype": str, "since": (int, float), "calls": int}
 
 
 def _where(w):

@@ -142,20 +142,55 @@ draw.timeline(events, title=say("barrier(): every rank leaves when the last one 
               xlabel=say("seconds", "秒"))
 
 # %% [markdown]
+# ## When a rank skips a collective
+#
+# A collective only finishes when **every** rank of the group calls it. Here rank 2 skips the
+# barrier. Plain torch would let ranks 0, 1 and 3 wait for the group's timeout (30 minutes by
+# default), then fail with gloo's "Timed out waiting ... for recv operation". ddplab looks at each
+# rank's own stack while a cell runs: after about two seconds it sees three ranks waiting in
+# `barrier` for a rank that finished the cell, names them, and cuts the barrier short. The group is
+# formed again at once, and every rank keeps its variables.
+
+# %% tags=["raises-exception"]
+%%ddp
+if rank != 2:
+    dist.barrier()
+
+# %% [markdown]
+# The same when ranks call **different** collectives at the same point, here `broadcast` on rank 0
+# and `all_reduce` on the others (or the same one with tensors of different shapes or dtypes):
+
+# %% tags=["raises-exception"]
+%%ddp
+t = torch.ones(1)
+if rank == 0:
+    dist.broadcast(t, src=0)
+else:
+    dist.all_reduce(t)
+
+# %% [markdown]
+# And the pool works as before:
+
+# %%
+%%ddp
+t = torch.ones(1)
+dist.all_reduce(t)
+print(t.item())
+
+# %% [markdown]
 # ## Exercises
 #
 # 1. Change `all_reduce` to use `op=dist.ReduceOp.MAX`. What does every rank hold now? Predict it
 #    before you run the cell.
-# 2. Make rank 2 skip the `dist.barrier()` call (`if rank != 2: dist.barrier()`). What happens to
-#    the others, and what does ddplab tell you? (The group's timeout is 30 s; `%ddp_start 4 --timeout 5`
-#    makes it shorter.) Run `%ddp_restart` if the pool needs it.
-# 3. Build `all_reduce` yourself from `reduce_scatter_single` and `all_gather_single`, and check
-#    it gives the same result as `dist.all_reduce`.
+# 2. Make rank 1 all-reduce a tensor of 3 values while the others all-reduce 2. What does ddplab
+#    report, and why can gloo not add them?
+# 3. Build `all_reduce` yourself from `reduce_scatter_tensor` and `all_gather_into_tensor`, and
+#    check it gives the same result as `dist.all_reduce`.
 #
 # ## 练习
 #
 # 1. 把 `all_reduce` 改为 `op=dist.ReduceOp.MAX`。先预测，再运行：每个 rank 得到什么？
-# 2. 让 rank 2 跳过 `dist.barrier()`。其他 rank 会怎样？ddplab 报告了什么？
+# 2. 让 rank 1 对含 3 个值的张量做 all-reduce，而其他 rank 用 2 个值。ddplab 报告了什么？为什么 gloo 无法把它们相加？
 # 3. 用 `reduce_scatter_tensor` 和 `all_gather_into_tensor` 自己实现 `all_reduce`，并与 `dist.all_reduce` 的结果比较。
 
 # %%

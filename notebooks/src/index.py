@@ -27,6 +27,7 @@
 # | 11 | [Communication cost and scaling · 通信开销与扩展性](11_communication.ipynb) | all_reduce time by size and ranks; bucket size; compute vs communication |
 # | 12 | [The same ideas in TensorFlow · TensorFlow 中的对应概念](12_other_frameworks.ipynb) | MirroredStrategy and MultiWorkerMirroredStrategy beside what you did |
 # | 13 | [From the notebook to a cluster · 从 notebook 到集群](13_cluster.ipynb) | 4 hosts in one group, a host lost, the notebook run again by torchrun |
+# | 14 | [Debugging distributed code · 调试分布式代码](14_debugging.ipynb) | where each rank is, a collective mismatch named, pdb on the failed rank, `%ddp_check`, hints |
 #
 # **Tips.** `%ddp_start 4 --lang zh` labels the dashboard and the lesson pictures in Chinese. If a
 # lesson leaves a pool running, `%ddp_stop` ends it; each lesson stops its own pool at the end.

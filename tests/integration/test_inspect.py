@@ -41,10 +41,11 @@ def test_different_collectives_are_named_within_seconds_and_the_pool_stays_usabl
 
 def test_a_rank_that_skips_a_collective_and_a_shape_mismatch(pool):
     with pytest.raises(CollectiveMismatch, match=r"ranks 1, 2, 3 wait in all_reduce\(float32 \[1\], default group\) "
-                                                 r"at line 3 for rank 0, which finished the cell without calling it"):
+                                                 r"at line 3; rank 0 finished the cell without calling it"):
         pool.run("t = torch.ones(1)\nif rank != 0:\n    dist.all_reduce(t)")
-    with pytest.raises(CollectiveMismatch, match=r"float32 \[3\].*float32 \[2\]|float32 \[2\].*float32 \[3\]"):
+    with pytest.raises(CollectiveMismatch) as info:  # gloo lets some ranks finish with what they have
         pool.run("t = torch.ones(3 if rank == 1 else 2)\ndist.all_reduce(t)")
+    assert "float32 [3]" in str(info.value) and "float32 [2]" in str(info.value), str(info.value)
     assert healthy(pool)
 
 

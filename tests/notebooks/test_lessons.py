@@ -17,8 +17,8 @@ CJK = re.compile(r"[\u4e00-\u9fff]")
 pytestmark = [pytest.mark.pool, pytest.mark.xdist_group("lessons")]  # one shared kernel
 
 
-def test_there_are_thirteen_lessons_in_order():
-    assert [int(n[:2]) for n in LESSONS] == list(range(1, 14))
+def test_there_are_fourteen_lessons_in_order():
+    assert [int(n[:2]) for n in LESSONS] == list(range(1, 15))
 
 
 @pytest.mark.parametrize("name", LESSONS)

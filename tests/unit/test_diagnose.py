@@ -46,10 +46,20 @@ def test_no_mismatch_while_a_rank_still_computes_or_waits_briefly():
 
 
 def test_waiting_for_a_rank_that_finished_or_does_not_run_the_cell():
+    assert mismatch({1: waiting("all_reduce", 3)}, [1], [0], 2).text.startswith("rank 1 waits in all_reduce")
     wheres = {1: waiting("all_reduce", 3, since=2.5), 2: waiting("all_reduce", 3, since=2.5)}
     m = mismatch(wheres, [1, 2], [0], 3)
     assert m.text == ("ranks 1, 2 wait in all_reduce(float32 [1], default group) at line 3 for rank 0, which "
                       "finished the cell without calling it") and m.ranks == [1, 2, 0]
+    # when the finished ranks said what they called (the cell's last batch), it is named
+    wheres = {r: dict(waiting("all_reduce", 2, since=1.5, shape=(4,)), calls=1) for r in (0, 2)}
+    calls = {1: {"calls": 1, "last": waiting("all_reduce", 2, shape=(4,))},
+             3: {"calls": 1, "last": waiting("all_reduce", 2, shape=(3,))}, 4: {"calls": 0, "last": None}}
+    m = mismatch(wheres, [0, 2], [1, 3, 4], 5, calls=calls)
+    assert m.text == ("ranks 0, 2 wait in all_reduce(float32 [4], default group) at line 2; rank 1 called "
+                      "all_reduce(float32 [4], default group) at line 2 and finished the cell; rank 3 called "
+                      "all_reduce(float32 [3], default group) at line 2 and finished the cell; rank 4 finished the "
+                      "cell without calling it")
     m = mismatch({0: waiting("barrier", 1, shape=()), 1: waiting("barrier", 1, shape=())}, [0, 1], [], 4,
                  cell_ranks=[0, 1])
     assert "ranks 2, 3, which do not run this cell" in m.text
