@@ -32,7 +32,9 @@ class DDPLab(SingletonConfigurable):
     ranks = Int(0, help="Ranks of a new pool when %ddp_start gives none (0: from the cores, 2 to 4).").tag(config=True)
     timeout = Float(30.0, help="Seconds a collective (all_reduce, ...) may wait for the other ranks before "
                                "gloo fails it; %ddp_start --timeout.").tag(config=True)
-    lang = Unicode("en", help="Dashboard and picture labels: en or zh; %ddp_start --lang.").tag(config=True)
+    lang = Unicode(help="Dashboard, picture and message language: en or zh; %ddp_start --lang. Default: "
+                        "$DDPLAB_LANG, else zh for a notebook in a folder named zh (the lessons' Chinese "
+                        "editions: JupyterLab tells the kernel its notebook's path), else en.").tag(config=True)
     dashboard = Bool(True, help="Show the live dashboard in notebooks; %ddp_start --no-dashboard.").tag(config=True)
     start_timeout = Float(120.0, help="Seconds a pool may take to start before ddplab gives up.").tag(config=True)
 
@@ -54,6 +56,13 @@ class DDPLab(SingletonConfigurable):
                      "Default: $DDPLAB_CORES, else 0.").tag(config=True)
     debug = Bool(help="Send ipyparallel's own log (engine start-up output, ...) to the 'ddplab.ipyparallel' "
                       "logger at DEBUG level. Default: $DDPLAB_DEBUG.").tag(config=True)
+
+    @default("lang")
+    def _lang_from_env(self):
+        if os.environ.get("DDPLAB_LANG") in ("en", "zh"):
+            return os.environ["DDPLAB_LANG"]
+        notebook = os.environ.get("JPY_SESSION_NAME", "")  # set by jupyter_server: the notebook's path
+        return "zh" if "zh" in notebook.replace("\\", "/").split("/")[:-1] else "en"
 
     @default("cores")
     def _cores_from_env(self):

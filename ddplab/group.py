@@ -20,6 +20,7 @@ class Group:
         self.pool, self.config, self.telemetry = pool, config, telemetry
         self.generation = 0
         self.info = []  # per rank, what it reported on joining: rank, engine, pid, host, threads, ports
+        self.knobs = {}  # the Lab's knobs: a rank that joins (a restarted one) gets them too
 
     def rendezvous(self):
         """Where the ranks meet: a file in the private folder (a local pool: no port), or the
@@ -59,7 +60,7 @@ class Group:
         threads = pool.threads_per_rank(cfg.threads)
         ifnames = [f["ifname"] for f in pool.facts] if pool.facts else [None] * n
         ars = [client[eid].apply_async(form_group, r, n, where, cfg.timeout, threads[r], address, tunables().flush,
-                                       key, ifnames[r])
+                                       key, ifnames[r], self.knobs)
                for r, eid in enumerate(eids)]
         for ar in ars:
             if not ar.wait(max(0.0, deadline - time.perf_counter())):

@@ -57,6 +57,8 @@ class Lab:
         self.start_seconds = None
         self.last_result = None  # RunResult of the last run(), also when it failed or was interrupted
         self.cells = []  # (notebook cell number, code, ranks or None): the cells that ran well, for export
+        self.background = None  # the cell running in the background, if any (run(..., background=True))
+        self.knobs = {}  # name -> value: what set_knob() told the ranks
         self._views = {}
         self._busy = False
         self._lock = threading.RLock()
@@ -275,6 +277,9 @@ class Lab:
 
     def _check_ranks(self, ranks):
         self._require_running()
+        if self.background is not None and not self.background.done():
+            raise BadRequest("a cell runs in the background on the ranks: %ddp_wait waits for its result, "
+                             "%ddp_interrupt stops it")
         if ranks is None:
             ranks = list(range(self.world_size))
         else:
@@ -308,7 +313,7 @@ class Lab:
         for r in ranks:
             self.telemetry.command(r, cmd="cut", ports=ports)
 
-    def run(self, code, ranks=None, timeout=None):
+    def run(self, code, ranks=None, timeout=None, background=False):
         """Run `code` on every rank (or the given ranks); return a RunResult.
 
         Raises RankFailed if any rank raised or died, root cause first, with what was done about
@@ -316,6 +321,9 @@ class Lab:
         rank is interrupted and CellTimeout raised. On KeyboardInterrupt every rank is sent
         SIGINT and the interrupt re-raised. While the cell runs, telemetry (ddplab.log) is
         merged and self.view redrawn.
+
+        background=True returns at once: the cell runs on, watched by a thread (the dashboard stays
+        live and the notebook free: widgets work, knobs reach the ranks); wait() gives its result.
         """
         ranks = self._check_ranks(ranks)
         self.last_result = None
@@ -323,10 +331,33 @@ class Lab:
             raise BadRequest(f"timeout must be a positive number of seconds, got {timeout!r}")
         with self._lock:
             self._busy = True
+        if background:
+            self.background = Background(self, code, ranks, timeout)
+            return self.background
         try:
             return self._run(code, ranks, timeout)
         finally:
             self._busy = False
+
+    def wait(self, timeout=None):
+        """The result of the cell running in the background (run(..., background=True)): waits for
+        it, then returns its RunResult or raises what it raised. TimeoutError if it runs on."""
+        if self.background is None:
+            raise BadRequest("no cell runs in the background: %%ddp --background starts one")
+        return self.background.result(timeout)
+
+    def set_knob(self, name, value):
+        """Set a knob on every rank, now, even while a cell runs: rank code reads it with
+        ddplab.knob(name, default) (e.g. each step). Values: numbers, strings, True/False, None."""
+        if not isinstance(name, str) or not name.isidentifier():
+            raise BadRequest(f"a knob's name is a word such as 'period', got {name!r}")
+        if value is not None and not isinstance(value, (bool, int, float, str)):
+            raise BadRequest(f"knob {name}: a number, a string, True/False or None, got {type(value).__name__}")
+        self._require_running()
+        self.knobs[name] = value
+        self.group.knobs = self.knobs
+        for r in range(self.world_size):
+            self.telemetry.command(r, cmd="knob", name=name, value=value)
 
     def _run(self, code, ranks, timeout):
         self.metrics.reset()
@@ -530,6 +561,12 @@ class Lab:
         self.show("update")
         return text
 
+    def view_background(self, on):
+        """Tell the view whether cells run in the background (it must not display anything then:
+        the notebook has moved on to other cells)."""
+        if self.view is not None and hasattr(self.view, "background"):
+            self.view.background = on
+
     def show(self, what):
         """Call the view (view.begin/update/end(live)); True if it drew. A view that raises is
         reported on stderr, never allowed to break a cell or leave ranks running."""
@@ -562,6 +599,43 @@ def _rank_history():
     import ddplab.rank
 
     return ddplab.rank.history()
+
+
+class Background:
+    """A cell running in the background: a thread watches it as run() would (dashboard, failures)."""
+
+    def __init__(self, lab, code, ranks, timeout):
+        self.lab, self.ranks = lab, ranks
+        self._result = self._error = None
+        lab.view_background(True)
+        self.thread = threading.Thread(target=self._watch, args=(code, ranks, timeout), name="ddplab-background",
+                                       daemon=True)
+        self.thread.start()
+
+    def _watch(self, code, ranks, timeout):
+        try:
+            self._result = self.lab._run(code, ranks, timeout)
+        except BaseException as exc:  # noqa: BLE001 - given to whoever waits
+            self._error = exc
+        finally:
+            self.lab._busy = False
+            self.lab.view_background(False)
+
+    def done(self):
+        return not self.thread.is_alive()
+
+    def result(self, timeout=None):
+        self.thread.join(timeout)
+        if self.thread.is_alive():
+            raise TimeoutError(f"the background cell still runs after {timeout:g} s")
+        self.lab.background = None
+        if self._error is not None:
+            raise self._error
+        return self._result
+
+    def __repr__(self):
+        what = "done" if self.done() else "running"
+        return f"<a cell in the background on ranks {', '.join(map(str, self.ranks))}: {what}>"
 
 
 @atexit.register

@@ -147,6 +147,9 @@ class DDPMagics(Magics):
     @argument("--timeout", type=float, default=None,
               help="seconds this cell may run; then every rank is interrupted (SIGINT) and the cell fails. "
                    "Not gloo's collective timeout: that is %%ddp_start --timeout")
+    @argument("--background", action="store_true",
+              help="return at once; the cell runs on (the dashboard stays live, widgets and knobs work); "
+                   "%%ddp_wait shows its output")
     @cell_magic
     def ddp(self, line, cell):
         """Run the cell on every rank (state is kept between cells); show each rank's output apart."""
@@ -155,8 +158,56 @@ class DDPMagics(Magics):
         ranks = parse_ranks(args.ranks, lab.world_size)
         if args.timeout is not None and not (math.isfinite(args.timeout) and args.timeout > 0):
             raise UsageError(f"--timeout {args.timeout}: give a positive number of seconds")
+        if args.background:
+            _usage(lab.run, cell, ranks, timeout=args.timeout, background=True)
+            lab.view.show()  # the live dashboard, here: it goes on updating while other cells run
+            print(f"ddplab: running in the background on {len(ranks or range(lab.world_size))} ranks; "
+                  "%ddp_wait shows its output, %ddp_interrupt stops it")
+            return
+        self._show_run(lab, lambda: _usage(lab.run, cell, ranks, timeout=args.timeout))
+
+    @magic_arguments()
+    @argument("--timeout", type=float, default=None, help="seconds to wait (default: until it ends)")
+    @line_magic
+    def ddp_wait(self, line):
+        """Wait for the cell running in the background (%%ddp --background); show its output."""
+        args = _parse(self.ddp_wait, line)
+        lab = self._lab()
         try:
-            result = _usage(lab.run, cell, ranks, timeout=args.timeout)
+            self._show_run(lab, lambda: _usage(lab.wait, args.timeout))
+        except TimeoutError as exc:
+            raise UsageError(f"{exc}: %ddp_wait again, or %ddp_interrupt") from None
+
+    @line_magic
+    def ddp_interrupt(self, line):
+        """Send SIGINT to every rank (like Ctrl-C in each): stops a cell running in the background."""
+        if line.strip():
+            raise UsageError("%ddp_interrupt takes no arguments")
+        lab = self._lab()
+        lab.interrupt()
+        print("ddplab: every rank was sent SIGINT" + ("; %ddp_wait shows how the cell ended" if lab.background else ""))
+
+    @magic_arguments()
+    @argument("name", help="the knob's name, read by rank code as ddplab.knob(name, default)")
+    @argument("value", help="its new value (a number, a word, True, False or None)")
+    @line_magic
+    def ddp_knob(self, line):
+        """Change a value that running rank code reads (ddplab.knob), e.g. %ddp_knob period 4"""
+        args = _parse(self.ddp_knob, line)
+        value = {"True": True, "False": False, "None": None}.get(args.value, args.value)
+        if isinstance(value, str):
+            for kind in (int, float):
+                try:
+                    value = kind(value)
+                    break
+                except ValueError:
+                    pass
+        _usage(self._lab().set_knob, args.name, value)
+
+    def _show_run(self, lab, run):
+        """Run (or wait for) a cell and show its output, or its failure, as %%ddp does."""
+        try:
+            result = run()
         except RankFailed as exc:
             if exc.result is not None:
                 show_result(exc.result)

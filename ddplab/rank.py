@@ -73,6 +73,15 @@ _formed = False  # the process group of this process is ddplab's
 NAN = math.nan
 
 
+_knobs = {}  # name -> value: set from the notebook while cells run (Lab.set_knob, a slider)
+
+
+def knob(name, default=None):
+    """A value the notebook can change while this cell runs (a slider, %ddp_knob NAME VALUE):
+    read it where the training loop can follow it, e.g. each step: ddplab.knob("period", 16)."""
+    return _knobs.get(name, default)
+
+
 def log(loss=None, samples=None, step=None, **scalars):
     """Record one point (a training step): loss, samples processed, step (default: the next one).
 
@@ -237,6 +246,8 @@ def _commands():
         command = json.loads(frames[1])
         if command.get("cmd") == "cut":
             _cut(command.get("ports", ()))
+        elif command.get("cmd") == "knob" and isinstance(command.get("name"), str):
+            _knobs[command["name"]] = command.get("value")
 
 
 def _new_cell(*_):
@@ -364,7 +375,8 @@ def _store_socket(host, port):
     return _listener.fileno()
 
 
-def form_group(rank, world_size, rendezvous, timeout, threads, telemetry=None, flush=0.25, key=b"", ifname=None):
+def form_group(rank, world_size, rendezvous, timeout, threads, telemetry=None, flush=0.25, key=b"", ifname=None,
+               knobs=None):
     """Join the gloo process group and preload the names every cell can use.
 
     rendezvous is "file:///path" (a FileStore: opens no network port), "signed://host:port" (the
@@ -376,6 +388,7 @@ def form_group(rank, world_size, rendezvous, timeout, threads, telemetry=None, f
     """
     global _rank, _flush_every, _formed
     _flush_every = flush
+    _knobs.update(knobs or {})
     import torch
     import torch._dynamo  # noqa: F401 - DistributedDataParallel() needs it: imported now, not in a cell
     import torch.distributed as dist

@@ -1,4 +1,5 @@
-"""Build the notebooks from their sources: notebooks/src/NN_name.py -> notebooks/NN_name.ipynb.
+"""Build the notebooks from their sources: notebooks/src/NN_name.py -> notebooks/NN_name.ipynb
+(English) and notebooks/zh/NN_name.ipynb (Chinese), the same code cells in both.
 
 Sources are plain Python in the "percent" format (as jupytext and VS Code read it):
 
@@ -6,14 +7,21 @@ Sources are plain Python in the "percent" format (as jupytext and VS Code read i
     # # A title
     # Some text.
 
+    # %% [markdown] lang=zh
+    # # 标题
+    # 一些文字。（the Chinese edition of the markdown cell just above）
+
     # %%
     %ddp_start 4
 
     # %% tags=["raises-exception"]
     ...a cell that is meant to fail (nbclient goes on after it)
 
-Run `python tools/make_notebooks.py` after editing a source; `--check` fails if a notebook
-is out of date with its source (the tests run it). Notebooks are committed without outputs.
+A source with any `lang=zh` cell has a Chinese edition, and then every markdown cell must have
+its Chinese twin. (The Chinese edition's pool speaks Chinese by itself: ddplab reads the notebook's
+folder, zh.) Run `python tools/make_notebooks.py [NN ...]` after editing a source (all, or the
+lessons numbered NN); `--check` fails if a
+notebook is out of date with its source (the tests run it). Notebooks are committed without outputs.
 """
 import json
 import pathlib
@@ -23,11 +31,19 @@ import sys
 import nbformat
 
 ROOT = pathlib.Path(__file__).resolve().parents[1] / "notebooks"
-MARKER = re.compile(r"^# %%( \[markdown\])?(?: tags=(\[.*\]))?\s*$")
+MARKER = re.compile(r"^# %%( \[markdown\])?(?: lang=(zh))?(?: tags=(\[.*\]))?\s*$")
+LINKS = {"en": "\n\n*[中文版 · Chinese edition](zh/{name}.ipynb)*",
+         "zh": "\n\n*[English edition · 英文版](../{name}.ipynb)*"}
 
 
-def cells_of(text):
-    cells, kind, tags, lines = [], None, [], []
+class SourceError(ValueError):
+    pass
+
+
+def cells_of(text, lang="en"):
+    """The cells of one edition. Markdown cells come in English, each followed by its Chinese twin
+    (lang=zh) in sources that have a Chinese edition; code cells are the same in both."""
+    cells, kind, tags, lines, zh = [], None, [], [], False
 
     def close():
         if kind is None:
@@ -36,6 +52,7 @@ def cells_of(text):
         if kind == "markdown":
             body = "\n".join(re.sub(r"^# ?", "", line) for line in body.splitlines())
             cell = nbformat.v4.new_markdown_cell(body)
+            cell.metadata["lang"] = "zh" if zh else "en"
         else:
             cell = nbformat.v4.new_code_cell(body)
         if tags:
@@ -46,37 +63,77 @@ def cells_of(text):
         m = MARKER.match(line)
         if m:
             close()
-            kind, tags, lines = ("markdown" if m.group(1) else "code"), json.loads(m.group(2) or "[]"), []
+            kind, zh = ("markdown" if m.group(1) else "code"), bool(m.group(2))
+            tags, lines = json.loads(m.group(3) or "[]"), []
         elif kind is not None:
             lines.append(line)
     close()
-    return cells
+    return edition(cells, lang)
 
 
-def notebook_of(source):
-    nb = nbformat.v4.new_notebook(cells=cells_of(source.read_text()), metadata={
+def edition(cells, lang):
+    """Keep the markdown of one language: each English cell, or its Chinese twin."""
+    out = []
+    for i, cell in enumerate(cells):
+        if cell.cell_type != "markdown":
+            out.append(cell)
+            continue
+        mine = cell.metadata.pop("lang")
+        if mine == "zh":
+            continue
+        twin = cells[i + 1] if i + 1 < len(cells) and cells[i + 1].metadata.get("lang") == "zh" else None
+        if lang == "zh":
+            if twin is None:
+                raise SourceError(f"a markdown cell has no Chinese twin: {cell.source[:60]!r}")
+            twin = nbformat.v4.new_markdown_cell(twin.source)
+            out.append(twin)
+        else:
+            out.append(cell)
+    return out
+
+
+def has_zh(source):
+    return any((m := MARKER.match(line)) and m.group(2) for line in source.read_text().splitlines())
+
+
+def notebook_of(source, lang="en"):
+    cells = cells_of(source.read_text(), lang)
+    if has_zh(source) and cells and cells[0].cell_type == "markdown":
+        cells[0].source += LINKS[lang].format(name=source.stem)
+    nb = nbformat.v4.new_notebook(cells=cells, metadata={
         "kernelspec": {"name": "python3", "display_name": "Python 3", "language": "python"},
         "language_info": {"name": "python"}})
     for i, cell in enumerate(nb.cells):  # stable ids: rebuilding an unchanged source changes nothing
-        cell.id = f"{source.stem[:2]}-{i:02d}"
+        cell.id = f"{source.stem[:2]}-{lang}-{i:02d}" if lang == "zh" else f"{source.stem[:2]}-{i:02d}"
     return nbformat.writes(nb) + "\n"
 
 
-def main(check=False):
+def targets(source):
+    """(language, notebook path) of every edition a source has."""
+    yield "en", ROOT / f"{source.stem}.ipynb"
+    if has_zh(source):
+        yield "zh", ROOT / "zh" / f"{source.stem}.ipynb"
+
+
+def main(check=False, names=()):
     stale = []
     for source in sorted((ROOT / "src").glob("*.py")):
-        target = ROOT / f"{source.stem}.ipynb"
-        text = notebook_of(source)
-        if target.exists() and target.read_text() == text:
+        if names and source.stem not in names and source.stem[:2] not in names:
             continue
-        if check:
-            stale.append(target.name)
-        else:
-            target.write_text(text)
-            print("wrote", target.relative_to(ROOT.parent))
+        for lang, target in targets(source):
+            text = notebook_of(source, lang)
+            if target.exists() and target.read_text() == text:
+                continue
+            if check:
+                stale.append(str(target.relative_to(ROOT)))
+            else:
+                target.parent.mkdir(exist_ok=True)
+                target.write_text(text)
+                print("wrote", target.relative_to(ROOT.parent))
     if stale:
         sys.exit(f"out of date with notebooks/src: {', '.join(stale)}; run python tools/make_notebooks.py")
 
 
 if __name__ == "__main__":
-    main(check="--check" in sys.argv[1:])
+    args = sys.argv[1:]
+    main(check="--check" in args, names=[a for a in args if not a.startswith("--")])

@@ -10,6 +10,8 @@ The Lab calls a view with its `Live` (run_state: rank states and facts; metrics:
     show()         display the view where the user is (%ddp_start, %ddp_status); views that print
                    as they go have nothing to display
     shows_progress True if the view itself shows start-up progress (the magics then print none)
+    background     set by the Lab while a cell runs in the background: update only, display nothing
+                   (the notebook's other cells are running)
 
 A view that raises is reported once on stderr and left alone for the rest of the cell: it never
 breaks a cell. No widget imports here: the Lab imports this module.
@@ -21,6 +23,7 @@ class View:
 
     threadsafe = False
     shows_progress = False
+    background = False
 
     def begin(self, live):
         pass

@@ -109,7 +109,7 @@ class Dashboard(View):
         rs, metrics = live.run_state, live.metrics
         self._last_state = rs
         training = any(rs.states[r] == st.TRAINING for r in range(rs.world_size))
-        if training and not self.in_cell and rs.cell_ended is None:
+        if training and not self.in_cell and rs.cell_ended is None and not self.background:
             self.in_cell = True
             self.show()  # a second view of the same widgets, in the running cell's output
         self._set(self.header, html.header(self.title, rs, metrics, now, self.lang))
@@ -131,6 +131,10 @@ class Dashboard(View):
         """The cell ended: last frame; in the cell, the live view becomes a static picture.
         A cell that did not train draws its last frame in the background, 50 ms later, so
         the cell itself returns at once (widget updates may come from any thread)."""
+        if self.background:  # the notebook has moved on: the last frame only, in place
+            with self._lock:
+                self._draw(live)
+            return
         if not self.in_cell:
             # a moment later: a thread drawing right away would take the GIL from the cell's end.
             # One pending frame at most, a FRAME after the last one: many quick cells in a row

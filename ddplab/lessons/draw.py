@@ -97,36 +97,58 @@ def collectives(results, title="", before="before", after="after"):
     """Each collective as two panels, before | after: one row of boxes per rank, with values.
 
     results: {name: (per-rank values before, per-rank values after)}, values as tensors or lists
-    (None: the rank holds nothing there, e.g. a receive buffer not yet filled).
+    (None: the rank holds nothing there, e.g. a receive buffer not yet filled). The colour follows
+    the data: a box after the collective has the colour of the rank whose value it holds; a box
+    striped in every rank's colour holds a combination (a sum) of several ranks' values.
     """
     fig, axes = _figure(len(results), 2, width=8, height=1.1 + 0.35 * sum(len(b) for b, _ in results.values()))
-    for row, (name, sides) in enumerate(results.items()):
-        for col, per_rank in enumerate(sides):
+    for row, (name, (first, then)) in enumerate(results.items()):
+        for col, per_rank in enumerate((first, then)):
             ax = axes[row][col]
-            _boxes(ax, per_rank)
+            _boxes(ax, per_rank, origins=_origins(first, then) if col else None)
             ax.set_title(f"{name}: {after if col else before}", fontsize=10, loc="left")
     if title:
         fig.suptitle(title)
     return Picture(fig)
 
 
-def _boxes(ax, per_rank):
+def _origins(first, then):
+    """For each value after: the ranks whose values before it is ([r]), or None: a combination."""
+    owners = {}
+    for r, v in enumerate(first):
+        for value in _values(v) if v is not None else []:
+            owners.setdefault(value, r)
+    return [[[owners[value]] if value in owners else None for value in _values(v)] if v is not None else []
+            for v in then]
+
+
+def _boxes(ax, per_rank, origins=None):
     width = max([len(_values(v)) for v in per_rank if v is not None] + [1])
+    everyone = list(range(len(per_rank)))
     for r, v in enumerate(per_rank):
         y = len(per_rank) - 1 - r
         ax.text(-0.2, y + 0.4, f"rank {r}", ha="right", va="center", fontsize=9, color=rank_color(r))
         for i, value in enumerate(_values(v) if v is not None else []):
-            ax.add_patch(_rect(i, y, rank_color(r)))
+            whose = [r] if origins is None else (origins[r][i] or everyone)
+            for j, q in enumerate(whose):  # one stripe per rank the value came from
+                ax.add_patch(_rect(i + 0.9 * j / len(whose), y, rank_color(q), 0.9 / len(whose)))
+            ax.add_patch(_frame(i, y))
             ax.text(i + 0.45, y + 0.4, f"{value:g}", ha="center", va="center", fontsize=8)
     ax.set_xlim(-1.3, width)
     ax.set_ylim(-0.1, len(per_rank))
     ax.axis("off")
 
 
-def _rect(x, y, color):
+def _rect(x, y, color, width=0.9):
     from matplotlib.patches import Rectangle
 
-    return Rectangle((x, y), 0.9, 0.8, facecolor=color, alpha=0.25, edgecolor=color)
+    return Rectangle((x, y), width, 0.8, facecolor=color, alpha=0.3, edgecolor="none")
+
+
+def _frame(x, y):
+    from matplotlib.patches import Rectangle
+
+    return Rectangle((x, y), 0.9, 0.8, facecolor="none", edgecolor="#888888", lw=0.6)
 
 
 @_styled

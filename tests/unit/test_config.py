@@ -93,3 +93,15 @@ def test_unloading_ends_the_zygote_only_when_no_lab_uses_it(monkeypatch):
     monkeypatch.setitem(ddplab._magics, id(shell), type("M", (), {"lab": None})())
     ddplab.unload_ipython_extension(shell)
     assert stopped == [True]
+
+
+def test_the_language_follows_the_notebooks_folder_or_the_environment(monkeypatch):
+    monkeypatch.delenv("DDPLAB_LANG", raising=False)
+    monkeypatch.setenv("JPY_SESSION_NAME", "/home/me/ddplab/notebooks/zh/03_sampler.ipynb")
+    assert DDPLab().lang == "zh"
+    monkeypatch.setenv("JPY_SESSION_NAME", "/home/me/ddplab/notebooks/03_sampler.ipynb")
+    assert DDPLab().lang == "en"
+    monkeypatch.setenv("JPY_SESSION_NAME", "/home/me/zh_notes.ipynb")  # a file name is not a folder
+    assert DDPLab().lang == "en"
+    monkeypatch.setenv("DDPLAB_LANG", "zh")
+    assert DDPLab().lang == "zh"

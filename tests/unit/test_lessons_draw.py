@@ -30,7 +30,25 @@ def test_collectives_draw_one_row_of_boxes_per_rank_and_value():
     assert "all_reduce: before" in texts and "recv: after" in texts
     assert texts.count("46") == 4 and texts.count("rank 3") == 4
     left = pic.axes[2]  # recv before: ranks 0 and 2 hold nothing yet
-    assert len(left.patches) == 2
+    assert len(left.patches) == 2 * 2  # a coloured box and its frame, for ranks 1 and 3
+
+
+def test_the_colour_follows_the_data():
+    from matplotlib.colors import to_hex
+
+    from ddplab.dashboard.html import rank_color
+
+    def colours(ax):  # the fill colours of the boxes, frames left out
+        return [to_hex(p.get_facecolor(), keep_alpha=False) for p in ax.patches if p.get_facecolor()[3] > 0]
+
+    before = [torch.tensor([10.0 * r, 10.0 * r + 1]) for r in range(4)]
+    pic = draw.collectives({"broadcast": (before, [before[0]] * 4),
+                            "all_reduce": (before, [torch.tensor([60.0, 64.0])] * 4),
+                            "all_gather": ([[r * r] for r in range(4)], [[0, 1, 4, 9]] * 4)})
+    broadcast, reduced, gathered = pic.axes[1], pic.axes[3], pic.axes[5]
+    assert set(colours(broadcast)) == {rank_color(0)}  # every rank now holds rank 0's values
+    assert len(colours(reduced)) == 4 * 2 * 4 and set(colours(reduced)) == {rank_color(r) for r in range(4)}  # sums
+    assert colours(gathered)[:4] == [rank_color(r) for r in range(4)]  # value i came from rank i
 
 
 def test_partitions_mark_samples_two_ranks_share():
