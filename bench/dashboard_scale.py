@@ -39,7 +39,11 @@ while time.perf_counter() - w0 < seconds:
     mon.replies.wait(0.05)
     mon.poll()
 cpu = (time.process_time() - c0) / (time.perf_counter() - w0)
-sender.wait(30)
+try:
+    sender.wait(30)
+except subprocess.TimeoutExpired:
+    sender.kill()
+    sender.wait()
 points = sum(s.points for s in live.run_state.ranks)
 print("BENCH " + json.dumps([frames, cpu, points]))
 """

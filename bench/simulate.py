@@ -33,10 +33,13 @@ def main(address, key, ranks, rate, seconds):
                     cols["time"].append(now - t0)
                     cols["loss"].append(2.3 * math.exp(-steps[r] / 200) + 0.05 * random.random())
                     cols["samples"].append(64)
-                sock.send_multipart(wire.encode(key, r, 1, cols))
+                try:  # as ranks do: never block on a notebook that stopped reading
+                    sock.send_multipart(wire.encode(key, r, 1, cols), flags=zmq.NOBLOCK)
+                except zmq.Again:
+                    pass
                 due[r] += FLUSH_EVERY
         time.sleep(0.005)
-    sock.close(linger=1000)
+    sock.close(linger=0)
 
 
 if __name__ == "__main__":

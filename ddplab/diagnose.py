@@ -20,6 +20,7 @@ TEXTS = {
         "called": "{who} called {call}",
         "skipped": "{who} {wait} in {call} for {peers}, which finished the cell without calling it",
         "waits_for": "{who} {wait} in {call}; {peers}",
+        "waits_in": "{who} {wait} in {call}",
         "called_and_finished": "{who} called {call} and finished the cell",
         "finished_without": "{who} finished the cell without calling it",
         "absent": "{who} {wait} in {call} for {peers}, which do not run this cell (%%ddp --ranks): a collective on "
@@ -33,6 +34,7 @@ TEXTS = {
         "called": "{who} 调用了 {call}",
         "skipped": "{who}{wait} 在 {call} 中等待 {peers}，而后者没有调用它就结束了这个单元格",
         "waits_for": "{who}{wait} 在 {call} 中等待；{peers}",
+        "waits_in": "{who}{wait} 在 {call} 中等待",
         "called_and_finished": "{who} 调用了 {call} 并结束了这个单元格",
         "finished_without": "{who} 没有调用它就结束了这个单元格",
         "absent": "{who}{wait} 在 {call} 中等待 {peers}，而后者没有运行这个单元格（%%ddp --ranks）：默认进程组上的集合通信需要所有 rank",
@@ -145,7 +147,11 @@ def mismatch(wheres, running, finished, world_size, lang="en", cell_ranks=None, 
                                                peers=who(absent, lang)), same + absent)
         gone = sorted(members & set(finished))
         if gone and (w.get("since") or 0) >= SKIPPED:
-            return Mismatch(_waiting_for_finished(w, same, gone, calls or {}, lang), same + gone)
+            others = sorted(q for q in members & set(running) if q not in same)
+            known = {q: wheres[q] for q in others if (wheres.get(q) or {}).get("op")}
+            if len(known) < len(others) and w["since"] < SKIPPED + 3:
+                continue  # a moment for the other running ranks' stacks to say where they wait
+            return Mismatch(_waiting_for_finished(w, same, gone, calls or {}, lang, known), same + others + gone)
         others = {q: v for q, v in waiting.items() if q in members and _signature(v) != _signature(w)}
         if others and all(q in waiting for q in members & set(running)):
             calls = {}
@@ -157,13 +163,15 @@ def mismatch(wheres, running, finished, world_size, lang="en", cell_ranks=None, 
     return None
 
 
-def _waiting_for_finished(w, same, gone, calls, lang):
-    """Ranks wait in collective number k of the cell for ranks that finished it: what those did."""
+def _waiting_for_finished(w, same, gone, calls, lang, others=None):
+    """Ranks wait in collective number k of the cell for ranks that finished it: what those did
+    (and where the other ranks still running wait: others, rank -> where)."""
     t = _t(lang)
     k = w.get("calls")
     if k is None or not any(g in calls for g in gone):
-        return t["skipped"].format(who=who(same, lang), wait=_wait(same, lang), call=call(w, lang),
+        text = t["skipped"].format(who=who(same, lang), wait=_wait(same, lang), call=call(w, lang),
                                    peers=who(gone, lang))
+        return "; ".join([text, *_waiting(others or {}, lang)])
     parts = {}
     for g in gone:
         done = calls.get(g) or {}
@@ -172,8 +180,16 @@ def _waiting_for_finished(w, same, gone, calls, lang):
             parts.setdefault(t["called_and_finished"].format(who="{who}", call=call(last, lang)), []).append(g)
         else:
             parts.setdefault(t["finished_without"], []).append(g)
-    peers = "; ".join(text.format(who=who(ranks, lang)) for text, ranks in parts.items())
+    peers = "; ".join([*_waiting(others or {}, lang), *(text.format(who=who(ranks, lang)) for text, ranks in parts.items())])
     return t["waits_for"].format(who=who(same, lang), wait=_wait(same, lang), call=call(w, lang), peers=peers)
+
+
+def _waiting(wheres, lang):
+    """'rank 2 waits in all_reduce(...)' for each kind of call the given ranks wait in."""
+    t, groups = _t(lang), {}
+    for q, v in sorted(wheres.items()):
+        groups.setdefault(call(v, lang), []).append(q)
+    return [t["waits_in"].format(who=who(qs, lang), wait=_wait(qs, lang), call=c) for c, qs in groups.items()]
 
 
 def hint_text(key, lang="en", **values):

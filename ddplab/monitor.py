@@ -175,15 +175,29 @@ class Monitor:
             self._look_for_mismatch(running, now)
         if running and self.interrupted_at is not None and now - self.escalated_at >= self.escalate:
             # No rank has stopped since SIGINT (or since the last one stopped): they are stuck
-            # where SIGINT cannot reach (all in C++ collectives). Kill one rank; its death frees
-            # its peers, the cascade above frees the rest. If not, the next one.
-            r = running[-1]
+            # where SIGINT cannot reach (all in C++ collectives). First cut their links (their
+            # collectives fail, the ranks keep their variables); if that did not free them, kill
+            # one rank; its death frees its peers, the cascade above frees the rest. Then the next.
+            if self.hooks.cut is not None and self.cut_at is None:
+                self.hooks.cut(running)
+                self.cut_at = self.escalated_at = now
+                return False
+            stuck = [r for r in running if self._stuck(r)]
+            if not stuck and now - self.escalated_at < 4 * self.escalate:
+                return False  # their stacks say they left the cell's code: their replies are on the way
+            r = (stuck or running)[-1]
             why = f"killed by ddplab: still running {self.escalate:g} s after SIGINT (stuck in a collective)"
             self.hooks.kill([r], why)
             self.killed.add(r)
             self._lose(r, why, now)
             self.escalated_at = now
         return not self.running()
+
+    def _stuck(self, rank):
+        """Whether a rank that runs on after SIGINT may be stuck where SIGINT cannot reach: in a
+        collective or on a line of the cell (a C call), or no word from its stack at all."""
+        where = self.live.run_state.ranks[rank].where
+        return not where or bool(where.get("op") or where.get("line"))
 
     def _look_for_mismatch(self, running, now):
         """Ranks waiting in collectives that can never finish: name them, cut their links (the

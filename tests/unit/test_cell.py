@@ -127,8 +127,8 @@ class FakeReplies:
         pass
 
 
-def fake_monitor(n=3):
-    calls = {"close": [], "kill": [], "interrupt": [], "draws": 0}
+def fake_monitor(n=3, cut=False):
+    calls = {"close": [], "kill": [], "interrupt": [], "draws": 0, "cut": []}
     dead = {}
 
     def draw():
@@ -138,7 +138,8 @@ def fake_monitor(n=3):
     hooks = Hooks(lost=lambda ranks: {r: w for r, w in dead.items() if r in ranks},
                   kill=lambda ranks, why: calls["kill"].append(list(ranks)),
                   interrupt=lambda ranks: calls["interrupt"].append(list(ranks)),
-                  close_group=lambda ranks: calls["close"].append(list(ranks)), draw=draw)
+                  close_group=lambda ranks: calls["close"].append(list(ranks)), draw=draw,
+                  cut=(lambda ranks: calls["cut"].append(list(ranks))) if cut else None)
     live = Live.new(n)
     live.run_state.set_all(st.INIT)
     live.run_state.set_all(st.READY)
@@ -183,6 +184,28 @@ def test_after_sigint_ranks_that_do_not_stop_are_killed_one_at_a_time():
     assert calls["kill"] == [[2]]  # the next one only after another escalate interval without progress
     replies.replies[0] = replies.replies[1] = Remote("KeyboardInterrupt", "")
     assert monitor.check()
+
+
+def test_after_sigint_links_are_cut_first_and_ranks_leaving_the_cell_are_given_time():
+    monitor, replies, calls, _ = fake_monitor(cut=True)
+    monitor.interrupt()
+    monitor.escalated_at -= tunables().escalate
+    monitor.check()
+    assert calls["cut"] == [[0, 1, 2]] and calls["kill"] == []  # cut first: the ranks keep their variables
+    rs = monitor.live.run_state
+    rs.set_where(0, {"line": None})  # out of the cell's code: its reply is on the way
+    rs.set_where(1, {"line": None})
+    rs.set_where(2, {"op": "all_reduce", "line": 3, "since": 4})  # still in a collective
+    monitor.escalated_at -= tunables().escalate
+    monitor.check()
+    assert calls["kill"] == [[2]]  # only the rank whose stack says it is stuck
+    replies.replies[2] = Remote("KeyboardInterrupt", "")
+    monitor.escalated_at -= tunables().escalate
+    monitor.check()
+    assert calls["kill"] == [[2]]  # ranks 0 and 1 leave the cell: not killed for being slow to reply
+    monitor.escalated_at -= 4 * tunables().escalate
+    monitor.check()
+    assert calls["kill"] == [[2], [1]]  # ... unless they never reply
 
 
 def test_the_monitor_redraws_at_most_once_a_frame_and_only_when_something_changed():

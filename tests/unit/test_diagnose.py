@@ -65,6 +65,20 @@ def test_waiting_for_a_rank_that_finished_or_does_not_run_the_cell():
     assert "ranks 2, 3, which do not run this cell" in m.text
 
 
+def test_every_running_rank_is_named_when_some_finished():
+    calls = {r: {"calls": 1, "last": waiting("all_reduce", 2, shape=(2,))} for r in (0, 3)}
+    rank1 = dict(waiting("all_reduce", 2, since=1.5, shape=(3,)), calls=1)
+    rank2 = dict(waiting("all_reduce", 2, since=1.5, shape=(2,)), calls=1)
+    # rank 1's stack has not said yet where it is: a moment for it, not a report without it
+    assert mismatch({1: None, 2: rank2}, [1, 2], [0, 3], 4, calls=calls) is None
+    m = mismatch({1: rank1, 2: rank2}, [1, 2], [0, 3], 4, calls=calls)
+    assert m.text == ("rank 1 waits in all_reduce(float32 [3], default group) at line 2; rank 2 waits in "
+                      "all_reduce(float32 [2], default group) at line 2; ranks 0, 3 called all_reduce(float32 [2], "
+                      "default group) at line 2 and finished the cell") and sorted(m.ranks) == [0, 1, 2, 3]
+    late = dict(rank2, since=4.5)  # it never says: named without it
+    assert mismatch({1: None, 2: late}, [1, 2], [0, 3], 4, calls=calls).text.startswith("rank 2 waits")
+
+
 def test_every_hint_in_both_languages():
     for key in HINTS:
         en, zh = hint_text(key, "en", ms=40), hint_text(key, "zh", ms=40)
