@@ -2,6 +2,7 @@
 
 Runs the quickstart notebook with Run > Run All and watches the live dashboard while it trains.
 """
+import json
 import os
 import pathlib
 import shutil
@@ -217,5 +218,55 @@ def test_chinese_labels_render_with_a_cjk_font(jupyterlab, browser):
     assert page.locator(".jp-SideBar .lm-TabBar-tab.lm-mod-current").count() >= 1  # the side bar is open
     fits = page.evaluate(FITS)
     assert len(fits) >= 2 and all(f["inside"] and not f["cut"] for f in fits), fits
+    page.click(".lm-MenuBar-itemLabel:text-is('Kernel')")
+    page.click(".lm-Menu-item[data-command='kernelmenu:shutdown']")
+
+
+def code_cells(*sources):
+    return json.dumps({
+        "cells": [{"cell_type": "code", "metadata": {}, "outputs": [], "execution_count": None, "source": s}
+                  for s in sources],
+        "metadata": {"kernelspec": {"name": "python3", "display_name": "Python 3", "language": "python"}},
+        "nbformat": 4, "nbformat_minor": 5})
+
+
+KNOB_NOTEBOOK = code_cells(
+    "%load_ext ddplab\n%ddp_start 4",
+    "%%ddp --background\nimport time\nwhile not ddplab.knob('stop', False):\n"
+    "    time.sleep(0.02 * (1 + ddplab.knob('slow', 0) * (rank == 2)))\n    ddplab.log(loss=1.0, samples=1)",
+    "from ddplab.lessons import knobs\n"
+    "display(knobs.slider('slow', 0, 8, value=0, description='rank 2 slower'), knobs.toggle('stop'))")
+
+RATES = """() => Array.from(document.querySelectorAll('.ddplab-dashboard tr.ddplab-rank')).slice(0, 4)
+    .map(tr => parseFloat(tr.querySelectorAll('td')[4].innerText.replace(/,/g, '')))"""
+
+
+def test_a_slider_changes_a_training_running_in_the_background(jupyterlab, browser):
+    """%%ddp --background leaves the kernel free, so a widget's events reach it while the ranks
+    train: moving the slider slows rank 2, and the live table shows it within a second or two."""
+    url, token, root = jupyterlab
+    (root / "knob.ipynb").write_text(KNOB_NOTEBOOK)
+    page = run_all(browser, url, token, "knob.ipynb", height=1000)
+    readout = page.locator(".ddplab-knob-slow .widget-readout")
+    readout.wait_for(timeout=180_000)
+    page.wait_for_function(f"() => ({RATES})().length === 4 && ({RATES})().every(r => r > 30)", timeout=60_000)
+    before = page.evaluate(RATES)
+    readout.click()
+    page.keyboard.press("Control+A")
+    page.keyboard.type("4")
+    page.keyboard.press("Enter")
+    moved = time.monotonic()
+    # rank 2 now sleeps 5x longer a step: its samples/s falls below 80% of the others'
+    page.wait_for_function(f"""() => {{ const r = ({RATES})();
+        return r[2] < 0.8 * Math.min(r[0], r[1], r[3]); }}""", timeout=10_000, polling=50)
+    reacted = time.monotonic() - moved
+    after = page.evaluate(RATES)
+    print(f"samples/s before {before}, after {after}; the table reacted {reacted:.2f} s after the slider moved")
+    assert reacted < 2.5, f"the dashboard took {reacted:.1f} s to show the slower rank"
+    page.locator(".ddplab-dashboard").first.screenshot(path=str(ARTIFACTS / "dashboard-knob.png"))
+    page.locator(".ddplab-knob-stop input[type=checkbox]").click()  # the loop ends: every rank done
+    page.wait_for_function(
+        "() => { const t = document.querySelectorAll('.ddplab-dashboard g.rank-token[data-state=\"done\"]');"
+        " return t.length >= 4; }", timeout=30_000)
     page.click(".lm-MenuBar-itemLabel:text-is('Kernel')")
     page.click(".lm-Menu-item[data-command='kernelmenu:shutdown']")
