@@ -180,8 +180,6 @@ ZH_NOTEBOOK = {
 
 
 def test_chinese_labels_render_with_a_cjk_font(jupyterlab, browser):
-    import json
-
     url, token, root = jupyterlab
     (root / "zh.ipynb").write_text(json.dumps(ZH_NOTEBOOK))
     page = run_all(browser, url, token, "zh.ipynb", height=900, width=1280)  # a laptop, side bar open
