@@ -25,20 +25,20 @@ TEXTS = {
         "finished_without": "{who} finished the cell without calling it",
         "absent": "{who} {wait} in {call} for {peers}, which do not run this cell (%%ddp --ranks): a collective on "
                   "the default group needs every rank",
-        "at": "at line {line}", "group": "{group} group",
+        "at": "at line {line}", "group": "{group} group", "default": "default", "sep": "; ",
     },
     "zh": {
         "line": "第 {line} 行", "waiting": "已等待 {s:.0f} 秒", "running": "运行中", "rank": "rank", "ranks": "rank",
         "mismatch": "集合通信不匹配：{calls}。同一进程组里的每个 rank 必须以相同的顺序调用相同的集合通信，"
                     "张量的形状和数据类型也必须相同",
-        "called": "{who} 调用了 {call}",
-        "skipped": "{who}{wait} 在 {call} 中等待 {peers}，而后者没有调用它就结束了这个单元格",
-        "waits_for": "{who}{wait} 在 {call} 中等待；{peers}",
-        "waits_in": "{who}{wait} 在 {call} 中等待",
-        "called_and_finished": "{who} 调用了 {call} 并结束了这个单元格",
+        "called": "{who} 调用了{call}",
+        "skipped": "{who}{wait} 在{call}中等待 {peers}，而后者没有调用它就结束了这个单元格",
+        "waits_for": "{who}{wait} 在{call}中等待；{peers}",
+        "waits_in": "{who}{wait} 在{call}中等待",
+        "called_and_finished": "{who} 调用了{call} 并结束了这个单元格",
         "finished_without": "{who} 没有调用它就结束了这个单元格",
-        "absent": "{who}{wait} 在 {call} 中等待 {peers}，而后者没有运行这个单元格（%%ddp --ranks）：默认进程组上的集合通信需要所有 rank",
-        "at": "第 {line} 行", "group": "{group} 进程组",
+        "absent": "{who}{wait} 在{call}中等待 {peers}，而后者没有运行这个单元格（%%ddp --ranks）：默认进程组上的集合通信需要所有 rank",
+        "at": "第 {line} 行", "group": "{group}进程组", "default": "默认", "sep": "；",
     },
 }
 HINTS = {
@@ -81,17 +81,22 @@ def _wait(ranks, lang):
 
 def who(ranks, lang="en"):
     t = _t(lang)
-    return f"{t['rank'] if len(ranks) == 1 else t['ranks']} {', '.join(map(str, sorted(ranks)))}"
+    comma = "、" if lang == "zh" else ", "
+    return f"{t['rank'] if len(ranks) == 1 else t['ranks']} {comma.join(map(str, sorted(ranks)))}"
 
 
 def call(where, lang="en", line=True):
     """all_reduce(float32 [1], default group) at line 7"""
     t = _t(lang)
     tensor = f"{where['dtype']} {where['shape']}" if where.get("dtype") else ""
-    group = t["group"].format(group=where["group"]) if where.get("group") else ""
+    name = where.get("group")
+    group = t["group"].format(group=t["default"] if name == "default" else name) if name else ""
     inside = ", ".join(x for x in (tensor, group) if x)
-    at = f" {t['at'].format(line=where['line'])}" if line and where.get("line") else ""
-    return f"{where['op']}({inside}){at}"
+    if not (line and where.get("line")):
+        return f"{where['op']}({inside})"
+    if lang == "zh":  # 第 7 行的 all_reduce(...)
+        return f"{t['at'].format(line=where['line'])}的 {where['op']}({inside})"
+    return f"{where['op']}({inside}) {t['at'].format(line=where['line'])}"
 
 
 def where_text(wheres, lang="en"):
@@ -107,7 +112,7 @@ def where_text(wheres, lang="en"):
         else:
             key = t["line"].format(line=w["line"]) if w.get("line") else t["running"]
         groups.setdefault(key, []).append(r)
-    return "; ".join(f"{who(ranks, lang)}: {key}" for key, ranks in groups.items())
+    return t["sep"].join(f"{who(ranks, lang)}: {key}" for key, ranks in groups.items())
 
 
 def _members(group, world_size):
@@ -157,7 +162,7 @@ def mismatch(wheres, running, finished, world_size, lang="en", cell_ranks=None, 
             calls = {}
             for q in sorted(members & set(waiting)):
                 calls.setdefault(call(waiting[q], lang), []).append(q)
-            text = "; ".join(t["called"].format(who=who(qs, lang), call=c)
+            text = t["sep"].join(t["called"].format(who=who(qs, lang), call=c)
                              for c, qs in sorted(calls.items(), key=lambda kv: kv[1]))
             return Mismatch(t["mismatch"].format(calls=text), sorted(members & set(waiting)))
     return None
@@ -171,7 +176,7 @@ def _waiting_for_finished(w, same, gone, calls, lang, others=None):
     if k is None or not any(g in calls for g in gone):
         text = t["skipped"].format(who=who(same, lang), wait=_wait(same, lang), call=call(w, lang),
                                    peers=who(gone, lang))
-        return "; ".join([text, *_waiting(others or {}, lang)])
+        return t["sep"].join([text, *_waiting(others or {}, lang)])
     parts = {}
     for g in gone:
         done = calls.get(g) or {}
@@ -180,7 +185,7 @@ def _waiting_for_finished(w, same, gone, calls, lang, others=None):
             parts.setdefault(t["called_and_finished"].format(who="{who}", call=call(last, lang)), []).append(g)
         else:
             parts.setdefault(t["finished_without"], []).append(g)
-    peers = "; ".join([*_waiting(others or {}, lang), *(text.format(who=who(ranks, lang)) for text, ranks in parts.items())])
+    peers = t["sep"].join([*_waiting(others or {}, lang), *(text.format(who=who(ranks, lang)) for text, ranks in parts.items())])
     return t["waits_for"].format(who=who(same, lang), wait=_wait(same, lang), call=call(w, lang), peers=peers)
 
 

@@ -73,6 +73,7 @@ _formed = False  # the process group of this process is ddplab's
 NAN = math.nan
 
 
+lang_of_pool = "en"  # the pool's language (%ddp_start --lang, a zh notebook): rank code's say() follows it
 _knobs = {}  # name -> value: set from the notebook while cells run (Lab.set_knob, a slider)
 
 
@@ -376,7 +377,7 @@ def _store_socket(host, port):
 
 
 def form_group(rank, world_size, rendezvous, timeout, threads, telemetry=None, flush=0.25, key=b"", ifname=None,
-               knobs=None):
+               knobs=None, lang="en"):
     """Join the gloo process group and preload the names every cell can use.
 
     rendezvous is "file:///path" (a FileStore: opens no network port), "signed://host:port" (the
@@ -386,8 +387,8 @@ def form_group(rank, world_size, rendezvous, timeout, threads, telemetry=None, f
     `flush` seconds and signed with `key` (it reaches the rank in this call: ipyparallel's signed
     channel).
     """
-    global _rank, _flush_every, _formed
-    _flush_every = flush
+    global _rank, _flush_every, _formed, lang_of_pool
+    _flush_every, lang_of_pool = flush, lang
     _knobs.update(knobs or {})
     import torch
     import torch._dynamo  # noqa: F401 - DistributedDataParallel() needs it: imported now, not in a cell

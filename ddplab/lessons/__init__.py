@@ -20,7 +20,13 @@ def lab():
 
 
 def lang():
-    """"zh" if the running pool was started with `--lang zh`, else "en"."""
+    """"zh" if the running pool speaks Chinese (`--lang zh`, a notebook in a zh folder), else "en";
+    in rank code, the language of the pool the rank belongs to."""
+    import sys
+
+    rank = sys.modules.get("ddplab.rank")
+    if rank is not None and rank._formed:
+        return rank.lang_of_pool
     running = lab()
     return running.config.lang if running is not None else "en"
 

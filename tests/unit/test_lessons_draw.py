@@ -129,3 +129,13 @@ def test_chinese_legends_render_with_a_cjk_font_too():
         timeline = draw.timeline([[(0, 1, "前向", "0")], [(1, 2, "反向", "0")]], title="流水线")
     assert is_png(lines) and is_png(timeline)
     assert "全局" in lines.texts() and "反向" in timeline.texts()
+
+
+def test_say_in_rank_code_speaks_the_language_of_the_pool(monkeypatch):
+    from ddplab import rank
+    from ddplab.lessons import say
+
+    assert say("loss", "损失") == "loss"  # the notebook, no pool
+    monkeypatch.setattr(rank, "_formed", True)
+    monkeypatch.setattr(rank, "lang_of_pool", "zh")  # as form_group(..., lang="zh") sets it in a rank
+    assert say("loss", "损失") == "损失"
