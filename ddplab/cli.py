@@ -17,6 +17,7 @@ def demo(ranks=None, steps=200, batch=64):
     from .config import PoolConfig
     from .dashboard.text import Progress, TextView
     from .lab import Lab
+    from .launcher import stop_zygote
 
     lab = Lab(config=PoolConfig.make(ranks))
     lab.view = TextView(every=1.0)  # per-rank step, loss and samples/s from ddplab.log, once a second
@@ -35,6 +36,7 @@ def demo(ranks=None, steps=200, batch=64):
         tic = time.perf_counter()
         lab.stop()
         stopped = time.perf_counter() - tic
+        stop_zygote()  # one pool per run: nothing to keep warm for
     print(f"\n{'rank':>4}  {'final loss':>10}  {'samples/s':>9}  {'parameter checksum':>20}")
     for s in summaries:
         print(f"{s['rank']:>4}  {s['loss']:>10.4f}  {s['samples_per_s']:>9.0f}  {s['checksum']:>20.10g}")

@@ -102,7 +102,12 @@ class Lab:
         threads = (f"{counts[0]} {plural(counts[0], 'thread')} per rank" if len(counts) == 1
                    else f"{counts[0]}-{counts[-1]} threads per rank")
         hosts = sorted({i.get("host") for i in self.info if i.get("host")})
-        where = f", on {len(hosts)} hosts" if self.pool is not None and not self.pool.local and len(hosts) > 1 else ""
+        many = self.pool is not None and not self.pool.local and len(hosts) > 1
+        if self.config.lang == "zh":
+            threads = "-".join(map(str, sorted({counts[0], counts[-1]})))
+            where = f"，分布在 {len(hosts)} 台主机上" if many else ""
+            return f"{self.world_size} 个 rank 已就绪，用时 {self.start_seconds:.1f} 秒（gloo，每个 rank {threads} 个线程{where}）"
+        where = f", on {len(hosts)} hosts" if many else ""
         return f"{self.world_size} ranks ready in {self.start_seconds:.1f} s (gloo, {threads}{where})"
 
     # ------------------------------------------------------------------ lifecycle

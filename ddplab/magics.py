@@ -136,7 +136,8 @@ class DDPMagics(Magics):
             lab.view = make_view(lab.config)
             lab.view.show()
             lab.show("update")
-        message = lab.ready_message() + "; run code on every rank with %%ddp"
+        message = lab.ready_message() + ("；用 %%ddp 在每个 rank 上运行代码" if lab.config.lang == "zh"
+                                         else "; run code on every rank with %%ddp")
         if progress is not None:
             progress.done(message)
         else:
@@ -429,7 +430,8 @@ class DDPMagics(Magics):
         lab.stop(shutdown=args.shutdown)
         seconds = time.perf_counter() - tic
         if not attached:
-            print(f"ddplab: stopped {n} ranks in {seconds:.1f} s")
+            print(f"ddplab: 已停止 {n} 个 rank，用时 {seconds:.1f} 秒" if lab.config.lang == "zh"
+                  else f"ddplab: stopped {n} ranks in {seconds:.1f} s")
         elif args.shutdown:
             print(f"ddplab: left the group and shut down its {n} engines and their controller in {seconds:.1f} s")
         else:

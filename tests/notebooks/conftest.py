@@ -1,5 +1,7 @@
-"""One kernel for the lessons: each lesson starts from an empty namespace, as in a fresh kernel, but
-the kernel (and its zygote, warm) is started once for all of them instead of once per lesson."""
+"""One kernel per edition for the lessons: each lesson starts from an empty namespace, as in a fresh
+kernel, but the kernel (and its zygote, warm) is started once for all of them instead of once per
+lesson. The Chinese edition's kernel is told its notebooks' folder (zh), as JupyterLab tells it."""
+import os
 import pathlib
 import time
 
@@ -17,13 +19,14 @@ ARTIFACTS = pathlib.Path(__file__).resolve().parent / "artifacts"
 class SharedKernel:
     """A kernel that runs notebook after notebook, each from a reset namespace."""
 
-    def __init__(self):
-        self.km = None
+    def __init__(self, folder=NOTEBOOKS):
+        self.km, self.folder = None, folder
 
     def _ensure(self):
         if self.km is None or not self.km.is_alive():
             self.km = ipc_kernel()  # no TCP ports to race for
-            self.km.start_kernel(cwd=str(NOTEBOOKS))
+            session = str(self.folder / "lesson.ipynb")  # jupyter_server sets it to the notebook's path
+            self.km.start_kernel(cwd=str(self.folder), env={**os.environ, "JPY_SESSION_NAME": session})
 
     @property
     def pid(self):
@@ -34,13 +37,14 @@ class SharedKernel:
         self._ensure()
         reset = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell("%reset -f")])
         NotebookClient(reset, km=self.km, timeout=60).execute()  # nothing of the last lesson is left
-        nb = nbformat.read(NOTEBOOKS / f"{name}.ipynb", as_version=4)
+        nb = nbformat.read(self.folder / f"{name}.ipynb", as_version=4)
         tic = time.monotonic()
         NotebookClient(nb, km=self.km, timeout=budget, kernel_name="python3",
-                       resources={"metadata": {"path": str(NOTEBOOKS)}}).execute()
+                       resources={"metadata": {"path": str(self.folder)}}).execute()
         took = time.monotonic() - tic
-        ARTIFACTS.mkdir(exist_ok=True)
-        nbformat.write(nb, ARTIFACTS / f"{name}.ipynb")
+        out = ARTIFACTS / self.folder.relative_to(NOTEBOOKS)
+        out.mkdir(parents=True, exist_ok=True)
+        nbformat.write(nb, out / f"{name}.ipynb")
         return nb, took
 
     def left_running(self):
@@ -64,5 +68,12 @@ class SharedKernel:
 @pytest.fixture(scope="session")
 def kernel():
     shared = SharedKernel()
+    yield shared
+    shared.shutdown()
+
+
+@pytest.fixture(scope="session")
+def kernel_zh():
+    shared = SharedKernel(NOTEBOOKS / "zh")
     yield shared
     shared.shutdown()

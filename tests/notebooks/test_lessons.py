@@ -1,9 +1,11 @@
-"""Every lesson notebook, executed top to bottom by nbclient in a real kernel, within its budget.
+"""Every lesson notebook, in English and in its whole Chinese edition, executed top to bottom by
+nbclient in a real kernel, within its budget.
 
 The notebooks check their own results (assert cells: identical parameters, expected sums, ...), so
-a wrong result fails here. One kernel runs them all (conftest.py), each from an empty namespace.
-Executed copies are saved to tests/notebooks/artifacts/ for people to read.
+a wrong result fails here. One kernel per edition runs them all (conftest.py), each from an empty
+namespace. Executed copies are saved to tests/notebooks/artifacts/ (zh/ for the Chinese edition).
 """
+import json
 import pathlib
 import re
 
@@ -14,15 +16,22 @@ NOTEBOOKS = pathlib.Path(__file__).resolve().parents[2] / "notebooks"
 LESSONS = sorted(p.stem for p in NOTEBOOKS.glob("[0-9][0-9]_*.ipynb") if not p.stem.startswith("00_"))
 BUDGET = 120  # seconds: a lesson runs top to bottom in at most 2 minutes on a 2-core machine
 CJK = re.compile(r"[\u4e00-\u9fff]")
-pytestmark = [pytest.mark.pool, pytest.mark.xdist_group("lessons")]  # one shared kernel
+ALSO_IN_ZH = ("00_quickstart", "index")  # not lessons, but also in Chinese
 
 
-def test_there_are_fourteen_lessons_in_order():
+def test_there_are_fourteen_lessons_in_order_each_with_a_whole_chinese_edition():
     assert [int(n[:2]) for n in LESSONS] == list(range(1, 15))
+    for name in [*LESSONS, *ALSO_IN_ZH]:
+        en, zh = (nbformat.read(NOTEBOOKS / folder / f"{name}.ipynb", as_version=4) for folder in ("", "zh"))
+        assert [c.source for c in en.cells if c.cell_type == "code"] == \
+            [c.source for c in zh.cells if c.cell_type == "code"], f"{name}: the editions' code differs"
+        markdown = [c.source for c in zh.cells if c.cell_type == "markdown"]
+        assert len(markdown) == len([c for c in en.cells if c.cell_type == "markdown"])
+        untranslated = [m[:60] for m in markdown if not CJK.search(m)]
+        assert untranslated == [], f"{name}: markdown cells of the zh edition without Chinese"
 
 
-@pytest.mark.parametrize("name", LESSONS)
-def test_lesson_runs_end_to_end_within_budget(kernel, name):
+def check_lesson(kernel, name, lang):
     nb, took = kernel.run(name, BUDGET)
     code = [c for c in nb.cells if c.cell_type == "code"]
     meant_to_fail = [c for c in code if "raises-exception" in c.metadata.get("tags", [])]
@@ -33,10 +42,15 @@ def test_lesson_runs_end_to_end_within_budget(kernel, name):
         assert any(o.output_type == "error" for o in c.outputs), c.source[:60]
     assert took <= BUDGET, f"{name} took {took:.0f} s"
 
-    # opens with a summary in English and in Chinese, ends with exercises in both
     markdown = [c.source for c in nb.cells if c.cell_type == "markdown"]
-    assert "In short" in markdown[0] and CJK.search(markdown[0])
-    assert any("## Exercises" in m for m in markdown) and any("## 练习" in m for m in markdown)
+    if lang == "en":  # opens with a summary in English and in Chinese, ends with exercises in both
+        assert "In short" in markdown[0] and CJK.search(markdown[0])
+        assert any("## Exercises" in m for m in markdown) and any("## 练习" in m for m in markdown)
+    else:  # wholly Chinese, and the pool spoke Chinese: the dashboard's labels
+        assert "简而言之" in markdown[0] and any("## 练习" in m for m in markdown)
+        assert "## Exercises" not in "\n".join(markdown)
+        widgets = json.dumps(nb.metadata.get("widgets", {}), ensure_ascii=False)
+        assert "损失" in widgets and "样本/秒" in widgets
     # uses the pool, shows at least one picture, and leaves nothing running
     sources = "\n".join(c.source for c in code)
     assert "%ddp_start" in sources and "%%ddp" in sources
@@ -44,12 +58,39 @@ def test_lesson_runs_end_to_end_within_budget(kernel, name):
                 or "data:image/png" in o.get("data", {}).get("text/html", "")]  # or the dashboard's picture
     assert pictures, "a lesson shows what happens as a picture"
     assert code[-1].source.strip() == "%ddp_stop"
-    assert "stopped" in "".join(o.get("text", "") for o in code[-1].outputs)
+    assert ("stopped" if lang == "en" else "已停止") in "".join(o.get("text", "") for o in code[-1].outputs)
     assert kernel.left_running() == []
+
+
+@pytest.mark.pool
+@pytest.mark.xdist_group("lessons")  # one shared kernel
+@pytest.mark.parametrize("name", LESSONS)
+def test_lesson_runs_end_to_end_within_budget(kernel, name):
+    check_lesson(kernel, name, "en")
+
+
+@pytest.mark.pool
+@pytest.mark.xdist_group("lessons-zh")  # another shared kernel, in another worker
+@pytest.mark.parametrize("name", LESSONS)
+def test_chinese_edition_runs_end_to_end_within_budget(kernel_zh, name):
+    check_lesson(kernel_zh, name, "zh")
+
+
+@pytest.mark.pool
+@pytest.mark.xdist_group("lessons-zh")
+def test_the_chinese_quickstart_runs_and_speaks_chinese(kernel_zh):
+    nb, took = kernel_zh.run("00_quickstart", BUDGET)
+    errors = [o.get("evalue") for c in nb.cells if c.cell_type == "code" for o in c.outputs if o.output_type == "error"]
+    assert errors == [] and took <= BUDGET
+    assert "损失" in json.dumps(nb.metadata.get("widgets", {}), ensure_ascii=False)
+    assert kernel_zh.left_running() == []
 
 
 def test_the_index_links_every_lesson():
     index = nbformat.read(NOTEBOOKS / "index.ipynb", as_version=4)
     text = "\n".join(c.source for c in index.cells)
     for name in ["00_quickstart", *LESSONS]:
-        assert f"({name}.ipynb)" in text
+        assert f"({name}.ipynb)" in text and f"(zh/{name}.ipynb)" in text
+    zh = "\n".join(c.source for c in nbformat.read(NOTEBOOKS / "zh" / "index.ipynb", as_version=4).cells)
+    for name in ["00_quickstart", *LESSONS]:
+        assert f"({name}.ipynb)" in zh
