@@ -8,20 +8,27 @@
 # point-to-point `send`/`recv`, and `barrier`. Data-parallel training (next lesson) is built from
 # exactly these.
 #
-# **简介。** 本机上的四个进程组成一个 **gloo 进程组**：每个进程知道自己的 `rank`（0..3）和
-# `world_size`（4），它们之间只通过*集合通信*交流——组内每个 rank 都要一起调用的操作。
-# 这一课把每个集合通信各运行一次，逐个 rank 画出调用前后各进程持有的数据：`broadcast`、
-# `all_reduce`、`reduce_scatter`、`all_gather`、点对点的 `send`/`recv` 以及 `barrier`。
-# 下一课的数据并行训练正是由这些操作搭起来的。
+# **简介。** 本机上的四个进程组成一个 **gloo 进程组**：每个进程知道自己的 `rank`（0..3）和 `world_size`（4），它们之间只通过*集合通信*交流——组内每个 rank 都要一起调用的操作。这一课把每个集合通信各运行一次，逐个 rank 画出调用前后各进程持有的数据：`broadcast`、`all_reduce`、`reduce_scatter`、`all_gather`、点对点的 `send`/`recv` 以及 `barrier`。下一课的数据并行训练正是由这些操作搭起来的。
 #
 # **You will see:** a before/after picture of every collective, and a timeline of a barrier.
+
+# %% [markdown] lang=zh
+# # 第 1 课 · 进程组与集合通信
+#
+# **简而言之**：本机上的四个进程加入同一个 **gloo 进程组**：每个进程（rank）都知道自己的编号 `rank`（0..3）和组的大小 `world_size`（4），它们之间只通过*集合通信*交流，也就是组内每个 rank 都要一起调用的操作。这一课把每个集合通信各运行一次，逐个 rank 看清每个进程在调用前后持有什么：`broadcast`、`all_reduce`、`reduce_scatter`、`all_gather`、点对点的 `send`/`recv`，以及 `barrier`。下一课的数据并行训练正是由这些操作搭建起来的。
+#
+# **你将看到：** 每个集合通信调用前后的对比图，以及一次 barrier 的时间线。
 
 # %%
 %load_ext ddplab
 from ddplab.lessons import draw, say
 
 # %% [markdown]
-# Start the group. (`%ddp_start 4 --lang zh` labels the dashboard and this lesson's pictures in Chinese.)
+# Start the group. (In the [Chinese edition](zh/01_collectives.ipynb) the dashboard and this
+# lesson's pictures are in Chinese; `%ddp_start 4 --lang zh` does the same in any notebook.)
+
+# %% [markdown] lang=zh
+# 启动进程组。（在这个中文版里，仪表盘和本课的图都自动使用中文；在其他 notebook 中，`%ddp_start 4 --lang zh` 也能做到。）
 
 # %%
 %ddp_start 4
@@ -33,6 +40,11 @@ from ddplab.lessons import draw, say
 # it with rank 0's copy, on every rank. `all_reduce(x)` replaces every rank's tensor with the
 # element-wise **sum** over all ranks (other operations: `MAX`, `MIN`, `PRODUCT`, `AVG` on some
 # backends). Both work *in place*: the tensor you pass is the result.
+
+# %% [markdown] lang=zh
+# ## broadcast 与 all_reduce
+#
+# 每个 rank 一开始都有自己的张量 `[10·rank, 10·rank + 1]`。`broadcast(x, src=0)` 在每个 rank 上用 rank 0 的副本覆盖它。`all_reduce(x)` 把每个 rank 的张量都替换为所有 rank 的张量逐元素相加的**和**（其他运算还有 `MAX`、`MIN`、`PRODUCT`，某些后端还支持 `AVG`）。两者都是*就地*操作：你传进去的张量就是结果。
 
 # %%
 %%ddp
@@ -47,7 +59,7 @@ x = torch.tensor([10.0 * rank, 10.0 * rank + 1])
 before = x.clone()
 dist.all_reduce(x, op=dist.ReduceOp.SUM)
 seen["all_reduce"] = (before, x.clone())
-print("broadcast gave", seen["broadcast"][1].tolist(), "· all_reduce gave", x.tolist())
+print("broadcast:", seen["broadcast"][1].tolist(), "· all_reduce:", x.tolist())
 
 # %% [markdown]
 # ## reduce_scatter and all_gather
@@ -57,6 +69,11 @@ print("broadcast gave", seen["broadcast"][1].tolist(), "· all_reduce gave", x.t
 # every rank ends with **all** of them. Together they make an `all_reduce` (which is how fast
 # all-reduce algorithms and sharded training such as FSDP work. gloo, the CPU backend, computes
 # `reduce_scatter` with an all-reduce underneath; NCCL on GPUs has a real one that sends half as much.)
+
+# %% [markdown] lang=zh
+# ## reduce_scatter 与 all_gather
+#
+# `reduce_scatter` 和 `all_reduce` 一样求和，但每个 rank 只保留和中**属于自己的那一段**：rank *r* 得到第 *r* 块。`all_gather` 方向相反：每个 rank 贡献一块，最后每个 rank 都拿到**全部**的块。两者合起来就是一次 `all_reduce`（快速的 all-reduce 算法和 FSDP 这类分片训练正是这样工作的。CPU 后端 gloo 在底层用一次 all-reduce 来计算 `reduce_scatter`；GPU 上的 NCCL 则有真正的 reduce-scatter，发送的数据量只有一半。）
 
 # %%
 %%ddp
@@ -68,7 +85,7 @@ seen["reduce_scatter"] = (chunks, mine.clone())
 pieces = torch.zeros(world_size)
 dist.all_gather_single(pieces, torch.tensor([float(rank * rank)]))
 seen["all_gather"] = (torch.tensor([float(rank * rank)]), pieces.clone())
-print("my slice of the sum:", mine.item(), "· gathered:", pieces.tolist())
+print("reduce_scatter:", mine.item(), "· all_gather:", pieces.tolist())
 
 # %% [markdown]
 # ## send and recv: passing along a ring
@@ -78,6 +95,11 @@ print("my slice of the sum:", mine.item(), "· gathered:", pieces.tolist())
 # received, they could all wait forever; `isend` starts the send in the background, then `recv`
 # waits for the neighbour's message.
 
+# %% [markdown] lang=zh
+# ## send 与 recv：沿着环传递
+#
+# 点对点通信：rank *r* 把自己的数发给 rank *r+1*，并从 rank *r−1* 接收（首尾相连成一个环）。阻塞式的 `send` 要等对方接收后才返回，所以如果每个 rank 都先发送、再接收，它们可能会永远互相等待下去；`isend` 在后台开始发送，接着 `recv` 等待邻居发来的消息。
+
 # %%
 %%ddp
 token = torch.tensor([100.0 + rank])
@@ -86,11 +108,23 @@ sending = dist.isend(token, dst=(rank + 1) % world_size)
 dist.recv(got, src=(rank - 1) % world_size)
 sending.wait()
 seen["send/recv"] = (token, got.clone())
-print(f"sent {token.item():g} to rank {(rank + 1) % world_size}, got {got.item():g} from rank {(rank - 1) % world_size}")
+print(f"isend {token.item():g} → rank {(rank + 1) % world_size} · recv {got.item():g} ← rank {(rank - 1) % world_size}")
 
 # %% [markdown]
 # Bring every rank's record back to the notebook and draw it: one row of boxes per rank, before on
 # the left, after on the right.
+#
+# **Reading the colours.** The colour follows the data. Before a collective, each rank's values have
+# that rank's colour (the colour of its `rank N` label, as on the dashboard). After it, a box has the
+# colour of the rank whose value it now holds: after `broadcast` every row has rank 0's colour,
+# after `all_gather` every row shows the four colours in rank order, and after send/recv each rank
+# holds its left neighbour's colour. A box **striped** in the colours of the four ranks holds a sum
+# of their values, as after `all_reduce` and `reduce_scatter`: no single rank had that value.
+
+# %% [markdown] lang=zh
+# 把每个 rank 的记录取回 notebook 并画出来：每个 rank 一行格子，左边是调用之前，右边是调用之后。
+#
+# **怎样看颜色。** 颜色跟着数据走。集合通信之前，每个 rank 的值都是这个 rank 的颜色（也就是它的 `rank N` 标签的颜色，与仪表盘一致）。调用之后，每个格子的颜色表示它现在持有的是哪个 rank 的值：`broadcast` 之后每一行都是 rank 0 的颜色；`all_gather` 之后每一行都按 rank 顺序出现四种颜色；send/recv 之后，每个 rank 持有的是左邻居的颜色。用四个 rank 的颜色画成**条纹**的格子，装的是它们的值之和，比如 `all_reduce` 和 `reduce_scatter` 之后：这个值不属于任何单独一个 rank。
 
 # %%
 seen = %ddp_gather seen
@@ -103,6 +137,9 @@ draw.collectives({name: ([s[name][0] for s in seen], [s[name][1] for s in seen])
 # %% [markdown]
 # Check what the picture says, for every rank:
 
+# %% [markdown] lang=zh
+# 逐个 rank 核对图中所示的内容：
+
 # %%
 for r, s in enumerate(seen):
     assert s["broadcast"][1].tolist() == [0.0, 1.0]                          # rank 0's tensor
@@ -110,7 +147,7 @@ for r, s in enumerate(seen):
     assert s["reduce_scatter"][1].item() == 4 * r + 60                       # chunk r of the sum
     assert s["all_gather"][1].tolist() == [0.0, 1.0, 4.0, 9.0]               # everybody's piece
     assert s["send/recv"][1].item() == 100 + (r - 1) % 4                     # from the left neighbour
-print("every rank holds what the collective promised")
+print(say("every rank holds what the collective promised", "每个 rank 持有的正是集合通信承诺的结果"))
 
 # %% [markdown]
 # ## barrier: everybody waits for the slowest
@@ -120,6 +157,11 @@ print("every rank holds what the collective promised")
 # shows the waiting: all ranks leave together, when rank 3 arrives. (The same happens inside every
 # training step: the fastest rank waits for the slowest at the gradient all-reduce. Lesson 9 is about
 # that.)
+
+# %% [markdown] lang=zh
+# ## barrier：所有人都等最慢的那个
+#
+# 只有当**每个** rank 都加入之后，集合通信才会在某个 rank 上完成。`barrier()` 是一个不带数据的集合通信：这里 rank *r* 先工作 0.2·*r* 秒，然后在 barrier 处等待。时间线把这段等待画了出来：rank 3 一到，所有 rank 一起离开。（每个训练步里都会发生同样的事：最快的 rank 在梯度的 all-reduce 处等待最慢的 rank。第 9 课专门讲这个问题。）
 
 # %%
 %%ddp
@@ -137,8 +179,10 @@ events = timeline.events
 events = %ddp_gather events
 left = [e[-1][1] for e in events]      # when each rank left the barrier
 assert max(left) - min(left) < 0.1 and min(left) > 0.55, left
-draw.timeline(events, title=say("barrier(): every rank leaves when the last one arrives",
-                                "barrier()：最后一个 rank 到达时，所有 rank 一起离开"),
+kind = {"work": say("work", "工作"), "waiting in barrier": say("waiting in barrier", "在 barrier 中等待")}
+draw.timeline([[(start, end, kind[k], label) for start, end, k, label in e] for e in events],
+              title=say("barrier(): every rank leaves when the last one arrives",
+                        "barrier()：最后一个 rank 到达时，所有 rank 一起离开"),
               xlabel=say("seconds", "秒"))
 
 # %% [markdown]
@@ -151,6 +195,11 @@ draw.timeline(events, title=say("barrier(): every rank leaves when the last one 
 # `barrier` for a rank that finished the cell, names them, and cuts the barrier short. The group is
 # formed again at once, and every rank keeps its variables.
 
+# %% [markdown] lang=zh
+# ## 某个 rank 跳过了集合通信
+#
+# 只有组内**每个** rank 都调用了集合通信，它才会完成。这里 rank 2 跳过了 barrier。如果只用 torch，rank 0、1 和 3 会一直等到进程组超时（默认 30 分钟），然后报出 gloo 的 "Timed out waiting ... for recv operation" 错误。ddplab 在单元格运行时查看每个 rank 自己的调用栈：大约两秒后，它发现有三个 rank 在 `barrier` 中等待一个已经运行完这个单元格的 rank，于是点名指出它们，并提前结束这次 barrier。进程组随即重新组建，每个 rank 都保留着自己的变量。
+
 # %% tags=["raises-exception"]
 %%ddp
 if rank != 2:
@@ -159,6 +208,9 @@ if rank != 2:
 # %% [markdown]
 # The same when ranks call **different** collectives at the same point, here `broadcast` on rank 0
 # and `all_reduce` on the others (or the same one with tensors of different shapes or dtypes):
+
+# %% [markdown] lang=zh
+# 当各个 rank 在同一处调用**不同的**集合通信时也是一样：这里 rank 0 调用 `broadcast`，其他 rank 调用 `all_reduce`（调用同一个集合通信、但张量的形状或 dtype 不同时，情况也一样）：
 
 # %% tags=["raises-exception"]
 %%ddp
@@ -170,6 +222,9 @@ else:
 
 # %% [markdown]
 # And the pool works as before:
+
+# %% [markdown] lang=zh
+# 之后进程池照常可用：
 
 # %%
 %%ddp
@@ -184,14 +239,22 @@ print(t.item())
 #    before you run the cell.
 # 2. Make rank 1 all-reduce a tensor of 3 values while the others all-reduce 2. What does ddplab
 #    report, and why can gloo not add them?
-# 3. Build `all_reduce` yourself from `reduce_scatter_tensor` and `all_gather_into_tensor`, and
-#    check it gives the same result as `dist.all_reduce`.
+# 3. Build `all_reduce` yourself from `reduce_scatter_single` and `all_gather_single` (the calls used
+#    above; torch 2.13 deprecates their older names, `reduce_scatter_tensor` and
+#    `all_gather_into_tensor`), and check it gives the same result as `dist.all_reduce`.
 #
 # ## 练习
 #
 # 1. 把 `all_reduce` 改为 `op=dist.ReduceOp.MAX`。先预测，再运行：每个 rank 得到什么？
 # 2. 让 rank 1 对含 3 个值的张量做 all-reduce，而其他 rank 用 2 个值。ddplab 报告了什么？为什么 gloo 无法把它们相加？
-# 3. 用 `reduce_scatter_tensor` 和 `all_gather_into_tensor` 自己实现 `all_reduce`，并与 `dist.all_reduce` 的结果比较。
+# 3. 用 `reduce_scatter_single` 和 `all_gather_single`（上面用过的调用；torch 2.13 已弃用它们的旧名 `reduce_scatter_tensor` 和 `all_gather_into_tensor`）自己实现 `all_reduce`，并与 `dist.all_reduce` 的结果比较。
+
+# %% [markdown] lang=zh
+# ## 练习
+#
+# 1. 把 `all_reduce` 改为使用 `op=dist.ReduceOp.MAX`。现在每个 rank 持有什么？运行单元格之前先预测一下。
+# 2. 让 rank 1 对一个含 3 个值的张量做 all-reduce，而其他 rank 对含 2 个值的张量做 all-reduce。ddplab 报告了什么？为什么 gloo 无法把它们相加？
+# 3. 用 `reduce_scatter_single` 和 `all_gather_single`（上面用过的调用；torch 2.13 已弃用它们的旧名 `reduce_scatter_tensor` 和 `all_gather_into_tensor`）自己实现一个 `all_reduce`，并检查它的结果与 `dist.all_reduce` 相同。
 
 # %%
 %ddp_stop

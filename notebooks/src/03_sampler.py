@@ -9,15 +9,17 @@
 # so every rank gets as many (or drops some, with `drop_last=True`). With a `DataLoader`, each step
 # reads `batch_size` samples on every rank: the global batch is `batch_size × world_size`.
 #
-# **简介。** 数据并行要求每个 rank 读取数据集中*不同*的部分，合起来正好是全部数据。
-# `DistributedSampler` 就是做这件事的：每个 rank 用**相同的方式**（相同的种子）打乱索引，然后从自己的
-# `rank` 开始，每隔 `world_size` 个取一个索引。打乱用的种子是 `seed + epoch`，所以如果不在每个 epoch
-# 调用 `sampler.set_epoch(epoch)`，每个 epoch 的顺序都一样。数据集不能整除时，采样器会**重复几个样本**，
-# 让每个 rank 拿到同样多的样本（或者用 `drop_last=True` 丢掉几个）。配合 `DataLoader`，每一步每个 rank
-# 读取 `batch_size` 个样本：全局批次是 `batch_size × world_size`。
+# **简介。** 数据并行要求每个 rank 读取数据集中*不同*的部分，合起来正好是全部数据。`DistributedSampler` 就是做这件事的：每个 rank 用**相同的方式**（相同的种子）打乱索引，然后从自己的 `rank` 开始，每隔 `world_size` 个取一个索引。打乱用的种子是 `seed + epoch`，所以如果不在每个 epoch 调用 `sampler.set_epoch(epoch)`，每个 epoch 的顺序都一样。数据集不能整除时，采样器会**重复几个样本**，让每个 rank 拿到同样多的样本（或者用 `drop_last=True` 丢掉几个）。配合 `DataLoader`，每一步每个 rank 读取 `batch_size` 个样本：全局批次是 `batch_size × world_size`。
 #
 # **You will see:** which rank gets which sample, epoch by epoch, without and with `set_epoch`; the
 # repeated samples; what `drop_last=True` leaves out; one global batch, rank by rank.
+
+# %% [markdown] lang=zh
+# # 第 3 课 · DistributedSampler 与 set_epoch
+#
+# **简而言之**：数据并行要求每个进程（rank）读取数据集中*不同*的部分，而所有 rank 合起来正好读完全部数据。`DistributedSampler` 做的就是这件事：每个 rank 都用**相同的方式**（相同的种子）打乱索引，然后从自己的 `rank` 开始，每隔 `world_size` 个取一个索引。打乱用的种子是 `seed + epoch`，所以如果不调用 `sampler.set_epoch(epoch)`，每个 epoch 都会重复同样的顺序。数据集不能被均分时，采样器会**重复几个样本**，让每个 rank 拿到一样多的样本（设置 `drop_last=True` 时则丢掉几个）。配合 `DataLoader` 使用时，每一步每个 rank 读取 `batch_size` 个样本：全局批次是 `batch_size × world_size`。
+#
+# **你将看到：** 不调用和调用 `set_epoch` 时，每个 epoch 里哪个 rank 拿到哪个样本；被重复的样本；`drop_last=True` 漏掉了哪些样本；以及逐个 rank 拆开的一个全局批次。
 
 # %%
 %load_ext ddplab
@@ -32,6 +34,11 @@ from ddplab.lessons import draw, say
 # The data set here is just the numbers 0..21 (a sampler only deals in indices). Each rank makes a
 # `DistributedSampler` and lists the indices it gets, for 3 epochs: once **without** calling
 # `set_epoch`, once **with** `set_epoch(epoch)` at the start of every epoch.
+
+# %% [markdown] lang=zh
+# ## 4 个 rank 分 22 个样本
+#
+# 这里的数据集就是数字 0..21（采样器只和索引打交道）。每个 rank 创建一个 `DistributedSampler`，列出它在 3 个 epoch 中拿到的索引：一次**不调用** `set_epoch`，一次在每个 epoch 开始时**调用** `set_epoch(epoch)`。
 
 # %%
 %%ddp
@@ -50,13 +57,17 @@ for epoch in range(3):
     with_set_epoch.append(list(sampler))
 
 print(f"len(sampler) = {len(sampler)}")
-print(f"without set_epoch: {without}")
-print(f"with set_epoch:    {with_set_epoch}")
+print(f"without        = {without}")
+print(f"with_set_epoch = {with_set_epoch}")
 
 # %% [markdown]
-# Draw it: one row per epoch, one column per sample index, each box coloured by the rank that reads
+# (ddplab noticed the sampler iterated again without `set_epoch` and said so under the cell.) Draw
+# it: one row per epoch, one column per sample index, each box coloured by the rank that reads
 # that sample, and the number in it is *when* that rank reads it (0 = first). A black dot marks a
 # sample read twice in the epoch: the padding.
+
+# %% [markdown] lang=zh
+# （ddplab 发现采样器在没有调用 `set_epoch` 的情况下被再次遍历，已在单元格下方提示。）画出来：每个 epoch 一行，每个样本索引一列；每个格子的颜色表示读取该样本的 rank，格子里的数字表示这个 rank *第几个*读到它（0 表示第一个）。黑点标出在这个 epoch 中被读了两次的样本，也就是填充出来的样本。
 
 # %%
 without = %ddp_gather without
@@ -78,8 +89,14 @@ draw.partitions(per_epoch(with_set_epoch), 22, xlabel=say("sample index", "样�
 #
 # Check it, epoch by epoch:
 
+# %% [markdown] lang=zh
+# 每个 rank 每个 epoch 读取 `len(sampler)` = ⌈22 / 4⌉ = 6 个样本：一共 24 个，而样本只有 22 个。为了补齐差额，采样器把**打乱后列表的前 2 个索引**再追加一遍（图中的黑点）：每个 epoch 都有 2 个样本被两个不同的 rank 各读一次。在训练的一个 epoch 里，这两个样本的分量加倍；在评估时（在整个数据集上计算指标），除非把重复的样本去掉，否则填充会让结果略有偏差。
+#
+# 逐个 epoch 检查一下：
+
 # %%
-for name, orders in [("without set_epoch", without), ("with set_epoch", with_set_epoch)]:
+for name, orders in [(say("without set_epoch", "不调用 set_epoch"), without),
+                     (say("with set_epoch", "调用 set_epoch"), with_set_epoch)]:
     for epoch, per_rank in enumerate(per_epoch(orders)):
         everything = sum(per_rank, [])
         assert all(len(indices) == 6 for indices in per_rank)       # len(sampler) samples on every rank
@@ -88,11 +105,13 @@ for name, orders in [("without set_epoch", without), ("with set_epoch", with_set
         assert len(everything) == 24 and len(repeated) == 2         # disjoint, apart from 2 padded samples
         for r, indices in enumerate(per_rank):
             assert len(set(indices)) == 6                            # a rank never reads one sample twice
-    print(f"{name}: each epoch covers all 22 samples, 6 per rank, 2 of them read twice")
+    print(say(f"{name}: each epoch covers all 22 samples, 6 per rank, 2 of them read twice",
+              f"{name}：每个 epoch 都覆盖全部 22 个样本，每个 rank 6 个，其中 2 个样本被读了两次"))
 assert all(without[r][0] == without[r][1] == without[r][2] for r in range(4))        # without: the same every epoch
 assert all(with_set_epoch[r][0] != with_set_epoch[r][1] != with_set_epoch[r][2] for r in range(4))  # with: not
 assert [w[0] for w in without] == [w[0] for w in with_set_epoch]   # epoch 0 is the same either way: seed 0 + 0
-print("without set_epoch every epoch repeats epoch 0's order; with it, every epoch is shuffled anew")
+print(say("without set_epoch every epoch repeats epoch 0's order; with it, every epoch is shuffled anew",
+          "不调用 set_epoch 时，每个 epoch 都重复 epoch 0 的顺序；调用之后，每个 epoch 都重新打乱"))
 
 # %% [markdown]
 # ## What the sampler does, by hand
@@ -100,6 +119,11 @@ print("without set_epoch every epoch repeats epoch 0's order; with it, every epo
 # Nothing is communicated: every rank computes the **same** permutation from the same seed, pads it,
 # and keeps its own slice. This is also why a different `seed` on one rank, or a different
 # `shuffle` setting, silently breaks the split.
+
+# %% [markdown] lang=zh
+# ## 亲手实现采样器
+#
+# 这里没有任何通信：每个 rank 用相同的种子算出**相同的**排列，补齐长度，然后只保留属于自己的那一份。这也说明了为什么某个 rank 用了不同的 `seed` 或不同的 `shuffle` 设置时，数据划分会悄无声息地出错。
 
 # %%
 %%ddp
@@ -111,19 +135,26 @@ def my_indices(epoch, seed=0):
     return order[rank::world_size]                       # every 4th, starting at my rank
 
 by_hand = [my_indices(epoch) for epoch in range(3)]
-print("by hand == DistributedSampler:", by_hand == with_set_epoch)
+print("by_hand == with_set_epoch:", by_hand == with_set_epoch)
 
 # %%
 by_hand = %ddp_gather by_hand
 assert by_hand == with_set_epoch
-print("on every rank, the sampler is: shuffle with seed + epoch, pad, take every 4th")
+print(say("on every rank, the sampler is: shuffle with seed + epoch, pad, take every 4th",
+          "在每个 rank 上，采样器做的就是：用 seed + epoch 打乱、补齐、每隔 4 个取一个"))
 
 # %% [markdown]
 # ## drop_last=True: drop instead of repeat
 #
 # With `drop_last=True` the sampler cuts the shuffled list down to a multiple of `world_size`
 # instead: 5 samples per rank, 20 in all, and the last 2 of each shuffle are **not read at all**
-# that epoch (the empty columns below; with `set_epoch`, different ones every epoch).
+# that epoch (the empty columns below). Which 2 they are depends on the epoch's shuffle: the cell
+# below prints them for each epoch.
+
+# %% [markdown] lang=zh
+# ## drop_last=True：丢弃而不是重复
+#
+# 设置 `drop_last=True` 时，采样器改为把打乱后的列表截短到 `world_size` 的整数倍：每个 rank 5 个样本，一共 20 个，每次打乱后的最后 2 个样本在这个 epoch 中**根本不会被读到**（下图中的空列）。具体是哪 2 个取决于这个 epoch 的打乱结果：下面的单元格会逐个 epoch 把它们打印出来。
 
 # %%
 %%ddp
@@ -132,7 +163,7 @@ dropping = []
 for epoch in range(3):
     sampler.set_epoch(epoch)
     dropping.append(list(sampler))
-print(f"len(sampler) = {len(sampler)}: {dropping}")
+print(f"len(sampler) = {len(sampler)}, dropping = {dropping}")
 
 # %%
 dropping = %ddp_gather dropping
@@ -141,7 +172,7 @@ for epoch, per_rank in enumerate(per_epoch(dropping)):
     everything = sum(per_rank, [])
     assert all(len(indices) == 5 for indices in per_rank) and len(set(everything)) == 20  # disjoint, 20 of 22
     skipped.append(sorted(set(range(22)) - set(everything)))
-print("left out in epochs 0, 1, 2:", skipped)
+print(say(f"left out in epochs 0, 1, 2: {skipped}", f"epoch 0、1、2 中漏掉的样本：{skipped}"))
 draw.partitions(per_epoch(dropping), 22, xlabel=say("sample index", "样本索引"), ylabel=say("epoch", "epoch"),
                 title=say("drop_last=True: 5 per rank, 2 samples left out each epoch",
                           "drop_last=True：每个 rank 5 个，每个 epoch 有 2 个样本不读"))
@@ -155,6 +186,11 @@ draw.partitions(per_epoch(dropping), 22, xlabel=say("sample index", "样本索�
 # to 4 ranks and keep `batch_size`, the global batch grows 4 times: the learning rate usually has
 # to follow.) Train a tiny DDP model for 5 epochs this way (the dashboard follows it), and keep the
 # sample indices of every batch.
+
+# %% [markdown] lang=zh
+# ## 全局批次
+#
+# 使用这个采样器的 `DataLoader` 每一步在每个 rank 上读取 `batch_size` 个样本，所以 DDP 的一个训练步看到的是 `batch_size × world_size` 个样本：这就是**全局批次**。这里批大小为 3、有 4 个 rank，每步就是 12 个样本，一个 epoch 是 6 / 3 = 2 步。（从 1 个 rank 扩展到 4 个 rank 而 `batch_size` 不变时，全局批次变为原来的 4 倍：学习率通常也要跟着调整。）就这样把一个很小的 DDP 模型训练 5 个 epoch（仪表盘会实时跟踪），并记下每个批次的样本索引。
 
 # %%
 %%ddp
@@ -180,16 +216,17 @@ for epoch in range(5):
         opt.step()
         batches.append((epoch, step, index.tolist()))
         ddplab.log(loss=loss, samples=len(x))
-print(f"{len(loader)} steps per epoch; epoch 0, step 0 read samples {batches[0][2]}")
+print(f"len(loader) = {len(loader)}, batches[0] = {batches[0]}")
 
 # %%
 batches = %ddp_gather batches
 global_batch = sum((b[0][2] for b in batches), [])
-print(f"epoch 0, step 0: the global batch is {global_batch} ({len(global_batch)} samples = 3 × 4)")
+print(say(f"epoch 0, step 0: the global batch is {global_batch} ({len(global_batch)} samples = 3 × 4)",
+          f"epoch 0 第 0 步：全局批次是 {global_batch}（{len(global_batch)} 个样本 = 3 × 4）"))
 assert all(len(b) == 5 * 2 for b in batches)                           # 2 steps per epoch, on every rank
 assert len(global_batch) == 12 and len(set(global_batch)) == 12       # 3 per rank, none shared
 assert [b[i][:2] for b in batches for i in range(10)] == [(e, s) for r in range(4) for e in range(5) for s in range(2)]
-print("every step, 4 ranks × 3 samples: a global batch of 12")
+print(say("every step, 4 ranks × 3 samples: a global batch of 12", "每一步 4 个 rank × 3 个样本：全局批次为 12"))
 
 # %% [markdown]
 # ## Exercises
@@ -206,8 +243,14 @@ print("every step, 4 ranks × 3 samples: a global batch of 12")
 #
 # 1. 让 rank 2 使用 `seed=1`，其他 rank 使用 `seed=0`。上面哪些检查会失败？训练时会发生什么？（画出分区图：有的样本被读两次，有的从未被读。）
 # 2. 取 `N = 23`。有无 `drop_last` 时，每个 rank 各拿到多少个样本？有多少个被重复或被丢弃？先预测，再用 `len(sampler)` 验证。
-# 3. 带填充的评估：让每个 rank 对采样器给出的样本求和，再用 `all_reduce` 汇总和与个数，计算 `data`（0..21，均值 10.5）的均值。
-#    结果是多少？应该怎样修正？
+# 3. 带填充的评估：让每个 rank 对采样器给出的样本求和，再用 `all_reduce` 汇总和与个数，计算 `data`（0..21，均值 10.5）的均值。结果是多少？应该怎样修正？
+
+# %% [markdown] lang=zh
+# ## 练习
+#
+# 1. 让 rank 2 使用 `seed=1`，其他 rank 使用 `seed=0`。上面哪些检查会失败？训练会受到什么影响？（画出分区图：有的样本被读了两次，有的从来没被读到。）
+# 2. 取 `N = 23`。使用和不使用 `drop_last` 时，每个 rank 各拿到多少个样本？有多少个样本被重复或被漏掉？先预测，再用 `len(sampler)` 验证。
+# 3. 带填充的评估：让每个 rank 对自己的采样器给出的样本求和，再用 `all_reduce` 汇总各 rank 的和与个数，以此计算 `data`（0..21，均值 10.5）的均值。你得到的是多少？应该怎样修正？
 
 # %%
 %ddp_stop
