@@ -126,6 +126,12 @@ def _members(group, world_size):
     return None
 
 
+def _same_point(a, b):
+    """Whether two ranks are at the same collective of the cell (the k-th they entered). A rank
+    that lags, still in the k-th while a peer waits in the next, is slow, not mismatched."""
+    return a.get("calls") is None or b.get("calls") is None or a["calls"] == b["calls"]
+
+
 def _signature(w):
     return (w["op"], w.get("group"), tuple(w.get("shape") or ()), w.get("dtype"))
 
@@ -157,7 +163,8 @@ def mismatch(wheres, running, finished, world_size, lang="en", cell_ranks=None, 
             if len(known) < len(others) and w["since"] < SKIPPED + 3:
                 continue  # a moment for the other running ranks' stacks to say where they wait
             return Mismatch(_waiting_for_finished(w, same, gone, calls or {}, lang, known), same + others + gone)
-        others = {q: v for q, v in waiting.items() if q in members and _signature(v) != _signature(w)}
+        others = {q: v for q, v in waiting.items() if q in members and _signature(v) != _signature(w)
+                  and _same_point(v, w)}
         if others and all(q in waiting for q in members & set(running)):
             calls = {}
             for q in sorted(members & set(waiting)):

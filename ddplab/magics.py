@@ -162,8 +162,10 @@ class DDPMagics(Magics):
         if args.background:
             _usage(lab.run, cell, ranks, timeout=args.timeout, background=True)
             lab.view.show()  # the live dashboard, here: it goes on updating while other cells run
-            print(f"ddplab: running in the background on {len(ranks or range(lab.world_size))} ranks; "
-                  "%ddp_wait shows its output, %ddp_interrupt stops it")
+            n = len(ranks or range(lab.world_size))
+            print(f"ddplab: 在后台的 {n} 个 rank 上运行；%ddp_wait 显示它的输出，%ddp_interrupt 停止它"
+                  if lab.config.lang == "zh" else
+                  f"ddplab: running in the background on {n} ranks; %ddp_wait shows its output, %ddp_interrupt stops it")
             return
         self._show_run(lab, lambda: _usage(lab.run, cell, ranks, timeout=args.timeout))
 

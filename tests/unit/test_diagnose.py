@@ -33,6 +33,13 @@ def test_shapes_and_dtypes_must_match_too():
     assert "bfloat16" in mismatch(wheres, [0, 1], [], 2).text
 
 
+def test_a_rank_that_lags_one_collective_behind_is_not_a_mismatch():
+    pair = dict(waiting("all_reduce", 3, group="ranks 0,1"), calls=4)  # rank 0, slow to finish the pair's
+    whole = dict(waiting("all_reduce", 5), calls=5)                      # rank 1, already in the next one
+    assert mismatch({0: pair, 1: whole}, [0, 1], [], 2) is None
+    assert mismatch({0: dict(pair, calls=5), 1: whole}, [0, 1], [], 2) is not None  # the same point: it is one
+
+
 def test_no_mismatch_while_a_rank_still_computes_or_waits_briefly():
     wheres = {1: waiting("all_reduce", 4), 2: waiting("all_reduce", 4),
               0: {"line": 2, "op": None, "group": None, "shape": None, "dtype": None, "since": None}}
