@@ -17,6 +17,18 @@
 #
 # **You will see:** all-reduce calls and seconds per setting, side by side as bars.
 
+# %% [markdown] lang=zh
+# # 第 4 课 · 用 no_sync 做梯度累积
+#
+# **简而言之**：一个批次放不进内存时，可以把它切成 `K` 个**微批次**（micro-batch），对每个微批次
+# 调用一次 `backward()`：梯度在 `p.grad` 中*累加*起来，然后只做一次优化器更新。使用 DDP 时，每次
+# `backward()` 还会对梯度做一次 all-reduce，所以累积 4 个微批次要做 4 次 all-reduce，而其实 1 次
+# 就够了。在 `with model.no_sync():` 里面，DDP 跳过 all-reduce，只做累加；最后一个微批次放在它
+# 外面，对累加好的梯度只做一次 all-reduce。这一课一边统计（并计时）all-reduce 的次数，一边验证：
+# 这样得到的参数，与每个微批次都 all-reduce、与直接用一个大批次训练，完全相同。
+#
+# **你将看到**：每种做法的 all-reduce 次数和耗时，并排画成柱状图。
+
 # %%
 %load_ext ddplab
 from ddplab.lessons import draw, say
@@ -29,7 +41,8 @@ from ddplab.lessons import draw, say
 #
 # The model is the MLP 784-512-512-10 (`ddplab.workloads.mlp`, 669,706 parameters: 2.7 MB of
 # float32 gradients to all-reduce per step). Each rank trains on micro-batches of 16 samples, 4 per
-# optimizer step. The three ways:
+# optimizer step: at step *s*, rank *r* reads its own 64 consecutive samples of the 256 the four
+# ranks read together (`micro_batches(step)`). The three ways:
 #
 # * **sync every micro-batch**: plain DDP, `backward()` on each micro-batch (DDP all-reduces each time);
 # * **no_sync**: the first 3 `backward()` calls inside `model.no_sync()`, the last one outside;
@@ -37,6 +50,20 @@ from ddplab.lessons import draw, say
 #
 # The loss of each micro-batch is divided by `K`: the 4 gradients then add up to the gradient of the
 # mean loss over the 64 samples, the same as the big batch.
+
+# %% [markdown] lang=zh
+# ## 由 K = 4 个微批次完成一次优化器更新：三种做法
+#
+# 模型是 MLP 784-512-512-10（`ddplab.workloads.mlp`，669,706 个参数：每步要 all-reduce 2.7 MB 的
+# float32 梯度）。每个进程（rank）在 16 个样本的微批次上训练，每次优化器更新用 4 个微批次：在第 *s*
+# 步，四个 rank 一共读取 256 个样本，rank *r* 读其中属于自己的连续 64 个（`micro_batches(step)`）。
+# 三种做法是：
+#
+# * **每个微批次都同步**：普通的 DDP，对每个微批次调用 `backward()`（DDP 每次都做 all-reduce）；
+# * **no_sync**：前 3 次 `backward()` 放在 `model.no_sync()` 里面，最后一次放在外面；
+# * **一个大批次**：对 64 个样本一次性调用 `backward()`（梯度累积所模仿的正是它）。
+#
+# 每个微批次的损失都除以 `K`：这样 4 个梯度加起来，正好是 64 个样本平均损失的梯度，与大批次相同。
 
 # %%
 %%ddp
@@ -84,12 +111,13 @@ def fresh(way):
     model.register_comm_hook(None, counter.hook)
     return model, torch.optim.SGD(model.parameters(), lr=0.05), counter
 
-print(f"{sum(p.numel() for p in mlp().parameters()):,} parameters; step 0: rank {rank} reads "
-      f"samples {rank * K * MICRO}..{(rank + 1) * K * MICRO - 1}")
-
 # %% [markdown]
 # Train each way for 3 optimizer steps, from the same initial parameters on the same data. Count
 # DDP's all-reduce calls step by step, and compare the parameters each way ends with (on every rank).
+
+# %% [markdown] lang=zh
+# 每种做法都从相同的初始参数出发，在相同的数据上训练 3 次优化器更新。逐步统计 DDP 的 all-reduce
+# 调用次数，并比较每种做法最后得到的参数（在每个 rank 上都比较）。
 
 # %%
 %%ddp
@@ -105,8 +133,28 @@ for way in WAYS:
 bucket_sizes = counter.sizes[-2:]                           # the last step's all-reduces: the buckets
 gap_no_sync = (params["no_sync"] - params["sync every micro-batch"]).abs().max().item()
 gap_big = (params["one big batch"] - params["sync every micro-batch"]).abs().max().item()
-print(f"all-reduce calls in steps 0, 1, 2: {calls}")
-print(f"largest difference from 'sync every micro-batch': no_sync {gap_no_sync:.1e}, one big batch {gap_big:.1e}")
+
+# %%
+calls = %ddp_gather calls
+gaps = %ddp_gather (gap_no_sync, gap_big)
+bucket_sizes = %ddp_gather bucket_sizes
+assert all(c == calls[0] for c in calls)                            # every rank made the same calls
+calls, buckets = calls[0], len(bucket_sizes[0])
+names = {"sync every micro-batch": say("sync every micro-batch", "每个微批次都同步"),
+         "no_sync": "no_sync", "one big batch": say("one big batch", "一个大批次")}
+for way in names:
+    print(say(f"{names[way]}: all-reduce calls in steps 0, 1, 2: {calls[way]}",
+              f"{names[way]}：第 0、1、2 步的 all-reduce 调用次数：{calls[way]}"))
+assert bucket_sizes[0] == [267786, 401920]                          # 2 buckets, the last layers first
+assert calls["sync every micro-batch"][1:] == [4 * buckets] * 2     # K × buckets per step
+assert calls["no_sync"][1:] == calls["one big batch"][1:] == [buckets] * 2  # 1 × buckets per step
+assert calls["sync every micro-batch"][0] == 1 + 3 * buckets and calls["no_sync"][0] == 1  # step 0: one bucket
+assert all(g_ns < 1e-5 and g_big < 1e-5 for g_ns, g_big in gaps), gaps    # the same parameters
+print(say(f"{buckets} buckets: {4 * buckets} all-reduce calls per step syncing every micro-batch, {buckets} with "
+          f"no_sync, as for one big batch; on every rank the parameters of the three ways agree to "
+          f"{max(max(g) for g in gaps):.1e}",
+          f"{buckets} 个桶：每个微批次都同步时每步 {4 * buckets} 次 all-reduce，no_sync 每步 {buckets} 次，与一个大批次"
+          f"相同；在每个 rank 上，三种做法得到的参数相差不超过 {max(max(g) for g in gaps):.1e}"))
 
 # %% [markdown]
 # DDP all-reduces gradients in **buckets**, and `CommCounter` sees one call per bucket. From step 1
@@ -117,22 +165,7 @@ print(f"largest difference from 'sync every micro-batch': no_sync {gap_no_sync:.
 # does not know yet in which order the gradients become ready, so it puts **all** gradients in one
 # bucket; at the next forward it **rebuilds** its buckets in the order it saw (hence 1 + 3 × 2 = 7
 # calls, and 1).
-
-# %%
-calls = %ddp_gather calls
-gaps = %ddp_gather (gap_no_sync, gap_big)
-bucket_sizes = %ddp_gather bucket_sizes
-assert all(c == calls[0] for c in calls)                            # every rank made the same calls
-calls, buckets = calls[0], len(bucket_sizes[0])
-assert bucket_sizes[0] == [267786, 401920]                          # 2 buckets, the last layers first
-assert calls["sync every micro-batch"][1:] == [4 * buckets] * 2     # K × buckets per step
-assert calls["no_sync"][1:] == calls["one big batch"][1:] == [buckets] * 2  # 1 × buckets per step
-assert calls["sync every micro-batch"][0] == 1 + 3 * buckets and calls["no_sync"][0] == 1  # step 0: one bucket
-assert all(g_ns < 1e-5 and g_big < 1e-5 for g_ns, g_big in gaps), gaps    # the same parameters
-print(f"{buckets} buckets: {4 * buckets} all-reduce calls per step syncing every micro-batch, {buckets} with "
-      f"no_sync, as for one big batch; parameters agree to {max(max(g) for g in gaps):.1e}")
-
-# %% [markdown]
+#
 # Why does it work? DDP's all-reduce *averages* and is linear: averaging 4 gradients one at a time
 # and adding them up gives the same as adding them up and averaging once. `no_sync` only delays the
 # all-reduce until the gradients are complete. (The catch: between micro-batches the ranks' `p.grad`
@@ -141,7 +174,25 @@ print(f"{buckets} buckets: {4 * buckets} all-reduce calls per step syncing every
 # ## Timing it
 #
 # Now time 6 optimizer steps each way (3 repeats, after a warm-up step; the median, of the slowest
-# rank). Each all-reduce moves 2.7 MB between 4 processes sharing 2 cores.
+# rank). Each all-reduce moves 2.7 MB between 4 processes that share this machine's cores.
+
+# %% [markdown] lang=zh
+# DDP 按**桶**（bucket）对梯度做 all-reduce，`CommCounter` 每个桶看到一次调用。从第 1 步起，这个模型
+# 有 2 个桶：一个装 267,786 个梯度（最后两层：它们的梯度在 `backward()` 中最先算好，而且 DDP 把第一个
+# 桶设得很小，只有 1 MB，好让通信尽早开始），另一个装 401,920 个（第一层）。所以每个微批次都同步时
+# 每步要 4 × 2 = 8 次调用，`no_sync` 只要 2 次，与一个大批次相同。第 0 步有所不同：在第一次迭代中，
+# DDP 还不知道梯度按什么顺序就绪，所以把**全部**梯度放进一个桶；到下一次前向计算时，它再按观察到的
+# 顺序**重建**各个桶（所以是 1 + 3 × 2 = 7 次调用，以及 1 次）。
+#
+# 为什么这样可行？DDP 的 all-reduce 做的是*平均*，而且是线性的：把 4 个梯度逐个平均再相加，与先相加
+# 再平均一次，结果相同。`no_sync` 只是把 all-reduce 推迟到梯度完整之后再做。（需要注意的是：在两个
+# 微批次之间，各 rank 的 `p.grad` 并不相同，所以在最后一次 `backward()` 之前不要使用它们，例如不要
+# 在这时做梯度裁剪。）
+#
+# ## 计时
+#
+# 现在对每种做法计时 6 次优化器更新（先做一步预热，再重复 3 次；取最慢那个 rank 的中位数）。每次
+# all-reduce 要在共享本机 CPU 核的 4 个进程之间传送 2.7 MB。
 
 # %%
 %%ddp
@@ -153,34 +204,80 @@ for way in WAYS:
     seconds[way] = median_seconds(lambda: [train_step(model, opt, s, way) for s in range(6)],
                                   repeat=3, warmup=0)
     counted[way] = counter.calls // 3                               # calls per 6 steps
-print({way: f"{counted[way]} calls, {seconds[way]:.2f} s" for way in WAYS})
 
 # %%
 seconds = %ddp_gather seconds
 counted = %ddp_gather counted
 seconds, counted = seconds[0], counted[0]                 # the same on every rank (the slowest rank's time)
 assert counted["sync every micro-batch"] == 4 * counted["no_sync"] == 4 * counted["one big batch"]
-names = {"sync every micro-batch": say("sync every\nmicro-batch", "每个微批次\n都同步"),
-         "no_sync": say("no_sync", "no_sync"), "one big batch": say("one big\nbatch", "一个大批次")}
 WAYS = list(names)                                         # the three ways, in this order
-print(", ".join(f"{way}: {seconds[way]:.2f} s" for way in WAYS) + f" for 6 steps; no_sync took "
-      f"{seconds['no_sync'] / seconds['sync every micro-batch']:.0%} of the time of syncing every micro-batch")
+print(say("; ", "；").join(say(f"{names[w]}: {counted[w]} all-reduce calls, {seconds[w]:.2f} s",
+                    f"{names[w]}：{counted[w]} 次 all-reduce，{seconds[w]:.2f} 秒") for w in WAYS)
+      + say(" (6 steps)", "（6 步）"))
+labels = {"sync every micro-batch": say("sync every\nmicro-batch", "每个微批次\n都同步"),
+          "no_sync": "no_sync", "one big batch": say("one big\nbatch", "一个大批次")}
 draw.bars(None, panels=[
-    dict(values={names[w]: counted[w] for w in WAYS},
+    dict(values={labels[w]: counted[w] for w in WAYS},
          ylabel=say("all-reduce calls", "all-reduce 次数"), title=say("All-reduce calls in 6 steps", "6 步中的 all-reduce 调用次数")),
-    dict(values={names[w]: seconds[w] for w in WAYS},
+    dict(values={labels[w]: seconds[w] for w in WAYS},
          ylabel=say("seconds", "秒"), title=say("Time for 6 steps", "6 步的耗时")),
 ])
 
 # %% [markdown]
-# On this machine, in four runs while we wrote the lesson (other notebooks were running at the same
-# time), syncing every micro-batch took 0.53–0.64 s for 6 steps and no_sync 0.25–0.31 s, 40–50 % of
-# it: the 36 all-reduce calls it saves (about 9 ms each, for 1–1.6 MB between 4 processes) are most
-# of the difference. One big batch took 0.18–0.33 s, about as long as no_sync (the same all-reduces,
-# the same arithmetic in one piece), but it needs the memory for the whole batch, which is the
-# reason to accumulate in the first place. Your numbers will differ, and on a shared machine from
-# run to run, so the checks above are on the call counts only. The slower an all-reduce is next to
-# the compute (e.g. between machines), the more no_sync saves.
+# What this machine measured, and what it means:
+
+# %% [markdown] lang=zh
+# 本机测得的结果，以及它们的含义：
+
+# %%
+sync, lazy, big = (seconds[w] for w in WAYS)
+saved_calls = counted["sync every micro-batch"] - counted["no_sync"]
+if lazy < 0.9 * sync:
+    per_call = (sync - lazy) / saved_calls
+    print(say(f"no_sync took {lazy / sync:.0%} of the time of syncing every micro-batch. Both do the same computing, "
+              f"so the difference is communication: no_sync made {saved_calls} fewer all-reduce calls in 6 steps, "
+              f"and saved {1e3 * per_call:.1f} ms for each of them (an all-reduce of one bucket, 1-1.6 MB, between "
+              "4 processes, on this machine, right now).",
+              f"no_sync 的耗时是每个微批次都同步的 {lazy / sync:.0%}。两者的计算完全相同，所以差别就在通信上：6 步里 "
+              f"no_sync 少做了 {saved_calls} 次 all-reduce，每少做一次省下 {1e3 * per_call:.1f} 毫秒（也就是此刻在这台"
+              "机器上，4 个进程之间对一个 1–1.6 MB 的桶做一次 all-reduce 的开销）。"))
+elif lazy <= 1.1 * sync:
+    print(say(f"no_sync took about as long as syncing every micro-batch ({lazy / sync:.0%} of its time), although it "
+              f"makes {saved_calls} fewer all-reduce calls: either an all-reduce is cheap next to the computing on this "
+              "machine, or other programs took the cores while one of the two was timed. Run the timing cell again.",
+              f"no_sync 的耗时与每个微批次都同步差不多（是后者的 {lazy / sync:.0%}），尽管它少做了 {saved_calls} 次 "
+              "all-reduce：要么在这台机器上 all-reduce 比计算便宜得多，要么计时的时候其他程序占用了 CPU 核。"
+              "请再运行一次计时单元格。"))
+else:
+    print(say(f"no_sync was slower this time ({lazy / sync:.0%} of the time of syncing every micro-batch), although it "
+              f"does the same computing with {saved_calls} fewer all-reduce calls: that is noise, other programs took "
+              "the cores while it was timed. Run the timing cell again.",
+              f"这一次 no_sync 反而更慢（是每个微批次都同步的 {lazy / sync:.0%}），尽管它的计算量相同、all-reduce "
+              f"却少了 {saved_calls} 次：这是噪声，计时的时候其他程序占用了 CPU 核。请再运行一次计时单元格。"))
+if big < 0.9 * lazy:
+    print(say(f"One big batch was faster still ({big / lazy:.0%} of no_sync's time): the same all-reduces, and the "
+              "arithmetic in one piece (one multiplication of 64 rows instead of four of 16 uses the core better, "
+              "with less Python per sample); on a busy machine part of the gap may be noise.",
+              f"一个大批次还要更快（是 no_sync 的 {big / lazy:.0%}）：all-reduce 相同，而计算一次完成（一次 64 行的矩阵"
+              "乘法比四次 16 行的更能发挥 CPU 核的效率，每个样本分摊的 Python 开销也更少）；机器繁忙时，差距中"
+              "也可能有一部分是噪声。"))
+elif big <= 1.1 * lazy:
+    print(say(f"One big batch took about as long as no_sync ({big / lazy:.0%} of its time): the same all-reduces and "
+              "the same arithmetic.",
+              f"一个大批次的耗时与 no_sync 差不多（是它的 {big / lazy:.0%}）：all-reduce 相同，计算量也相同。"))
+else:
+    print(say(f"One big batch was slower than no_sync this time ({big / lazy:.0%} of its time), although it does the "
+              "same all-reduces and the same arithmetic: noise from other programs on this machine.",
+              f"这一次一个大批次比 no_sync 还慢（是它的 {big / lazy:.0%}），尽管 all-reduce 和计算量都相同：这是"
+              "本机上其他程序带来的噪声。"))
+print(say("One big batch needs the memory for all 64 samples' activations at once, though: avoiding that is the reason "
+          "to accumulate in the first place.",
+          "不过，一个大批次需要同时存下全部 64 个样本的激活值所占的内存：正是为了避免这一点，才要做梯度累积。"))
+
+# %% [markdown]
+# Your numbers will differ, and on a shared machine they differ from run to run, so the checks above
+# are on the call counts only. The slower an all-reduce is next to the compute (e.g. between
+# machines), the more no_sync saves.
 #
 # ## Exercises
 #
@@ -197,6 +294,18 @@ draw.bars(None, panels=[
 # 2. 把**最后一个**微批次也放进 `no_sync()`（4 个全部）。更新之后计数器和 `param_spread(model)`（来自
 #    `ddplab.lessons.ranks`）显示什么？为什么？
 # 3. 试试 `K = 8` 个 8 样本的微批次。先预测每种方式的 all-reduce 次数，再测量。“每个微批次都同步”的耗时如何变化？
+
+# %% [markdown] lang=zh
+# 你的数字会不一样；在共享的机器上，每次运行的结果也不相同，所以上面的检查只针对调用次数。
+# all-reduce 相对计算越慢（例如在多台机器之间），no_sync 省下的就越多。
+#
+# ## 练习
+#
+# 1. 忘记把损失除以 `K`。三种做法中哪些仍然彼此一致？用什么学习率能让两种累积做法重新与大批次一致？
+# 2. 把**最后一个**微批次也放进 `no_sync()`（4 个全部放进去）。更新之后，计数器和 `param_spread(model)`
+#    （来自 `ddplab.lessons.ranks`）显示什么？为什么？
+# 3. 试试 `K = 8` 个 8 样本的微批次。先预测每种做法的 all-reduce 次数，再测量。“每个微批次都同步”的
+#    耗时如何变化？
 
 # %%
 %ddp_stop
