@@ -158,11 +158,15 @@ def mismatch(wheres, running, finished, world_size, lang="en", cell_ranks=None, 
                                                peers=who(absent, lang)), same + absent)
         gone = sorted(members & set(finished))
         if gone and (w.get("since") or 0) >= SKIPPED:
+            k, calls = w.get("calls"), calls or {}
+            if k is not None and w["since"] < SKIPPED + 3 and any(
+                    ((calls.get(g) or {}).get("calls") or 0) > k for g in gone):
+                continue  # a finished rank went past this collective: the waiting rank's report is old
             others = sorted(q for q in members & set(running) if q not in same)
             known = {q: wheres[q] for q in others if (wheres.get(q) or {}).get("op")}
             if len(known) < len(others) and w["since"] < SKIPPED + 3:
                 continue  # a moment for the other running ranks' stacks to say where they wait
-            return Mismatch(_waiting_for_finished(w, same, gone, calls or {}, lang, known), same + others + gone)
+            return Mismatch(_waiting_for_finished(w, same, gone, calls, lang, known), same + others + gone)
         others = {q: v for q, v in waiting.items() if q in members and _signature(v) != _signature(w)
                   and _same_point(v, w)}
         if others and all(q in waiting for q in members & set(running)):

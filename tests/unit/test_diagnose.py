@@ -86,6 +86,13 @@ def test_every_running_rank_is_named_when_some_finished():
     assert mismatch({1: None, 2: late}, [1, 2], [0, 3], 4, calls=calls).text.startswith("rank 2 waits")
 
 
+def test_an_old_report_of_a_rank_that_peers_went_past_is_not_a_mismatch():
+    calls = {0: {"calls": 3, "last": waiting("all_reduce", 26)}}  # rank 0 finished after a 3rd collective...
+    old = dict(waiting("broadcast", 21, since=1.5), calls=2)        # ...that needed rank 3, "still" in the 2nd
+    assert mismatch({3: old}, [3], [0], 4, calls=calls) is None
+    assert mismatch({3: dict(old, since=4.5)}, [3], [0], 4, calls=calls) is not None  # unless it stays so
+
+
 def test_every_hint_in_both_languages():
     for key in HINTS:
         en, zh = hint_text(key, "en", ms=40), hint_text(key, "zh", ms=40)
