@@ -19,7 +19,7 @@ COLLECTIVES = {
     "monitored_barrier", "broadcast_object_list", "all_gather_object", "gather_object", "scatter_object_list",
     "new_group", "init_process_group", "destroy_process_group",
 }
-_entered = {}  # id of the collective's frame -> (time first seen, its description)
+_entered = {}  # (the collective's frame, op, count) -> (time first seen, its description)
 
 
 def is_cell(filename):
@@ -43,10 +43,13 @@ def where(thread_id):
         _entered.clear()
         return {"line": line, "op": None, "group": None, "shape": None, "dtype": None, "since": None,
                 "calls": _calls["count"]}
-    first = _entered.get(id(found))
+    # CPython reuses a frame's memory: with the count of collectives entered, a loop of calls
+    # at one line is seen as many short waits, not one long one
+    key = (id(found), found.f_code.co_name, _calls["count"])
+    first = _entered.get(key)
     if first is None:
         _entered.clear()
-        first = _entered[id(found)] = (time.monotonic(), _describe(found))
+        first = _entered[key] = (time.monotonic(), _describe(found))
     since, described = time.monotonic() - first[0], first[1]
     return {"line": line, "op": found.f_code.co_name, "since": round(since, 2), "calls": _calls["count"], **described}
 
