@@ -7,18 +7,35 @@
 # and gradients travel back the same way. One batch at a time, only one rank works while three
 # wait; cutting the batch into **micro-batches** (a GPipe pipeline) lets the ranks overlap and
 # shrinks the idle "bubble". The gradients equal those of the whole model on one process (up to
-# float rounding); at the end the pipeline is timed against plain data parallelism (DDP).
+# float rounding); at the end the pipeline is timed against plain data parallelism (DDP), and the
+# same step is run by PyTorch's own pipeline API, `torch.distributed.pipelining`.
 #
 # **简介。** 数据并行让每个 rank 持有一份完整的模型；当模型大到一台设备放不下时，就要切分
 # **模型**本身。这一课把一个 4 段（stage）的网络切开，rank *r* 只持有第 *r* 段：激活值通过
 # `send`/`recv` 逐个 rank 向前传，梯度再沿原路传回。一次只送一个 batch 时，只有一个 rank 在
 # 工作，其余三个在等；把 batch 切成若干 **micro-batch**（GPipe 流水线）后，各 rank 的工作可以
 # 重叠，空闲的"气泡"随之变小。流水线算出的梯度与整个模型在单个进程上算出的相同（在浮点舍入
-# 误差内）；最后把流水线与同一模型的数据并行（DDP）做速度对比。
+# 误差内）；最后把流水线与同一模型的数据并行（DDP）做速度对比，并用 PyTorch 自带的流水线 API
+# `torch.distributed.pipelining` 跑同样的一步。
 #
 # **You will see:** the pipeline's timeline with 1, 4 and 8 micro-batches (the bubble shrinking),
-# its gradients checked against the whole model, and a pipeline-vs-DDP comparison of time per batch
-# and parameters held per rank.
+# its gradients checked against the whole model, a pipeline-vs-DDP comparison of time per batch
+# and parameters held per rank, and `torch.distributed.pipelining` giving the same gradients.
+
+# %% [markdown] lang=zh
+# # 第 6 课 · 模型并行：把一个模型分到多个 rank 上
+#
+# **简而言之**：数据并行让每个进程（rank）都持有一份完整的模型；当模型大到一台设备放不下时，就改为
+# 切分**模型**本身。这一课把一个由 4 段（stage）组成的网络切开，让 rank *r* 只持有第 *r* 段：激活值
+# 通过 `send`/`recv` 从一个 rank 向前传到下一个 rank，梯度再沿原路传回。一次只送一个批次时，只有
+# 一个 rank 在工作，其余三个都在等待；把批次切成若干 **micro-batch**（即 GPipe 流水线）之后，各 rank
+# 的工作可以重叠，空闲的“气泡”（bubble）随之变小。流水线算出的梯度与整个模型在单个进程上算出的
+# 梯度相同（在浮点舍入误差之内）；最后把流水线与普通的数据并行（DDP）比较每个批次的用时，并用
+# PyTorch 自带的流水线 API `torch.distributed.pipelining` 跑同样的一步。
+#
+# **你将看到：** 使用 1、4、8 个 micro-batch 时流水线的时间线（气泡逐渐变小），流水线的梯度与整个
+# 模型的梯度对照检查，流水线与 DDP 在每个批次用时和每个 rank 持有参数量上的对比，以及
+# `torch.distributed.pipelining` 得到相同的梯度。
 
 # %%
 %load_ext ddplab
@@ -35,6 +52,13 @@ from ddplab.lessons import draw, say
 # classes). The function is defined here in the notebook and pushed to every rank, so the notebook
 # can build the very same model later to check the ranks' work.
 
+# %% [markdown] lang=zh
+# ## 分成 4 段的模型
+#
+# 四个同样大小的块，因此每一段的计算量相同：三个 `Linear(1024, 1024) + ReLU` 块，以及最后一个还
+# 包含小输出层（10 个类别）的块。这个函数在 notebook 中定义，再推送到每个 rank 上，这样 notebook
+# 之后可以构建一模一样的模型，用来检查各 rank 的计算结果。
+
 # %%
 import torch
 import torch.nn as nn
@@ -50,7 +74,7 @@ def build_model(seed=0):
         nn.Sequential(nn.Linear(HIDDEN, HIDDEN), nn.ReLU()),                      # stage 2
         nn.Sequential(nn.Linear(HIDDEN, HIDDEN), nn.ReLU(), nn.Linear(HIDDEN, CLASSES)))  # stage 3
 
-print([sum(p.numel() for p in stage.parameters()) for stage in build_model()], "parameters per stage")
+print(say("parameters per stage:", "每段的参数量："), [sum(p.numel() for p in stage.parameters()) for stage in build_model()])
 
 # %%
 %ddp_push build_model HIDDEN CLASSES BATCH
@@ -60,16 +84,23 @@ print([sum(p.numel() for p in stage.parameters()) for stage in build_model()], "
 # model too big for one device, each rank would build only its own part. The data is the same on
 # every rank; only rank 0 reads the inputs and only rank 3 the labels.
 
+# %% [markdown] lang=zh
+# 每个 rank 都构建整个模型（这里代价很小），只保留属于自己的那一段，即第 `rank` 段。对于一台设备
+# 放不下的真实模型，每个 rank 只会构建自己的那一部分。数据在每个 rank 上都一样；只有 rank 0 读取
+# 输入，只有 rank 3 读取标签。
+
 # %%
 %%ddp
 from ddplab.workloads import synthetic_classification
+from ddplab.lessons import say                 # in rank code too: speaks the pool's language
 
 stage = build_model()[rank]          # rank r keeps stage r; the other three are dropped
 first, last = rank == 0, rank == world_size - 1
 loss_fn = nn.CrossEntropyLoss()
 data = synthetic_classification(n=2048, features=HIDDEN, classes=CLASSES)
 x, y = data.tensors[0][:BATCH], data.tensors[1][:BATCH]     # one batch of 1024
-print(f"rank {rank} holds stage {rank}: {sum(p.numel() for p in stage.parameters())} parameters")
+n = sum(p.numel() for p in stage.parameters())
+print(say(f"rank {rank} holds stage {rank}: {n} parameters", f"rank {rank} 持有第 {rank} 段：{n} 个参数"))
 
 # %% [markdown]
 # ## One batch through the pipe
@@ -86,6 +117,20 @@ print(f"rank {rank} holds stage {rank}: {sum(p.numel() for p in stage.parameters
 # `recv`, for a message its neighbour sends without waiting for anything in return. The waits form
 # a chain (forward from rank 0, backward from rank 3), never a cycle, so nothing can deadlock. The
 # sends are waited for (`.wait()`) at the end of the step, before their tensors are reused.
+
+# %% [markdown] lang=zh
+# ## 一个批次穿过流水线
+#
+# **前向：** rank 0 运行第 0 段，把输出（*激活值*）发送给 rank 1；rank 1 等待接收（`recv`），运行
+# 第 1 段，再发给下一个；rank 3 运行第 3 段并计算损失。
+#
+# **反向：** rank 3 调用 `loss.backward()`；这会填好它的参数的梯度，*以及*它的输入的梯度，因为收到的
+# 张量被标记了 `requires_grad_()`。它把这个输入梯度发回给 rank 2，rank 2 调用 `out.backward(grad)`：
+# autograd 从 rank 3 停下的地方接着算下去。依此类推，一直到 rank 0。
+#
+# 发送用的是 `isend`：它在后台开始、从不阻塞，所以一个 rank 只会在 `recv` 里等待，等的是邻居发来的
+# 消息，而邻居发送时不需要等待任何回应。这些等待构成一条链（前向从 rank 0 开始，反向从 rank 3
+# 开始），从不成环，所以不会死锁。在这一步结束、这些张量被再次使用之前，要等待所有发送完成（`.wait()`）。
 
 # %%
 %%ddp
@@ -118,14 +163,19 @@ for s in sends:
     s.wait()
 
 grads = [p.grad.clone() for p in stage.parameters()]
-print("loss", round(loss.item(), 4) if last else "(only rank 3 knows the loss)",
-      "· sent", "nothing forward" if last else f"activations {tuple(out.shape)}",
-      "· sent", "nothing back" if first else f"input gradient {tuple(inp.grad.shape)}")
+print(say("loss", "损失"), round(loss.item(), 4) if last else say("(only rank 3 knows the loss)", "（只有 rank 3 知道损失）"),
+      "·", say("sent nothing forward", "没有向前发送") if last else say(f"sent activations {tuple(out.shape)}", f"发送了激活值 {tuple(out.shape)}"),
+      "·", say("sent nothing back", "没有向后发送") if first else say(f"sent input gradient {tuple(inp.grad.shape)}",
+                                                                 f"发送了输入梯度 {tuple(inp.grad.shape)}"))
 
 # %% [markdown]
 # Did the four ranks compute what one process would? The notebook builds the same model, runs the
 # whole batch through it in one piece, and compares every stage's gradients with the rank that
 # holds the stage.
+
+# %% [markdown] lang=zh
+# 四个 rank 算出的结果和单个进程算出的一样吗？notebook 构建同一个模型，让整个批次一次性穿过它，
+# 再把每一段的梯度与持有该段的 rank 算出的梯度逐一比较。
 
 # %%
 data = synthetic_classification(n=2048, features=HIDDEN, classes=CLASSES)
@@ -140,7 +190,8 @@ def same_grads(per_rank):
 
 grads = %ddp_gather grads
 assert same_grads(grads)
-print("every stage's gradients equal those of the whole model run in one process")
+print(say("every stage's gradients equal those of the whole model run in one process",
+          "每一段的梯度都与整个模型在单个进程中算出的梯度相同"))
 
 # %% [markdown]
 # ## Micro-batches: a pipeline
@@ -154,6 +205,18 @@ print("every stage's gradients equal those of the whole model run in one process
 #
 # `pipeline_step` records every forward and backward in a `Timeline` (only the computing: time
 # spent waiting in `recv` is left out, so a gap in the picture is a rank sitting idle).
+
+# %% [markdown] lang=zh
+# ## Micro-batch：流水线
+#
+# 只有一个批次时，rank 1 在 rank 0 算完之前什么也做不了，而 rank 0 在梯度一路传回来之前也什么都
+# 做不了：任何时刻 4 个 rank 中都有 3 个空闲。**GPipe** 把批次切成 *m* 个 micro-batch：rank 0 把
+# micro-batch 0 发出去之后就开始算 micro-batch 1，与此同时 rank 1 在处理 micro-batch 0。先做完所有
+# 前向，再做所有反向（从最后一个 micro-batch 开始）。各个 micro-batch 的梯度在 `.grad` 中累加；把每个
+# micro-batch 的损失除以 *m*，累加的结果就是整个批次上的平均，因此结果与之前相同。
+#
+# `pipeline_step` 把每一次前向和反向都记录在一个 `Timeline` 中（只记录计算：在 `recv` 中等待的时间
+# 不计入，所以图中的空隙就是某个 rank 闲着的时候）。
 
 # %%
 %%ddp
@@ -205,15 +268,24 @@ grads = [p.grad.clone() for p in stage.parameters()]    # from the 8 micro-batch
 # %% [markdown]
 # The same gradients with 8 micro-batches as with the whole batch:
 
+# %% [markdown] lang=zh
+# 用 8 个 micro-batch 得到的梯度与整个批次一次算出的相同：
+
 # %%
 grads = %ddp_gather grads
 assert same_grads(grads)
-print("8 micro-batches give the same gradients as the whole batch in one piece")
+print(say("8 micro-batches give the same gradients as the whole batch in one piece",
+          "8 个 micro-batch 得到的梯度与整个批次一次算出的梯度相同"))
 
 # %% [markdown]
 # Now the timelines. With **1 micro-batch** the work moves down the ranks and back like a relay
 # baton: one rank at a time. The title counts how many ranks compute at once, on average over the
 # step (the bars' total length divided by the step's length): at most 1 here.
+
+# %% [markdown] lang=zh
+# 现在来看时间线。只有 **1 个 micro-batch** 时，工作像接力棒一样沿着各 rank 传下去再传回来：每次只有
+# 一个 rank 在工作。标题给出这一步中平均有几个 rank 同时在计算（所有条形的总长度除以这一步的时长）：
+# 这里最多为 1。
 
 # %%
 events = %ddp_gather events
@@ -246,6 +318,14 @@ show(1)
 # share 2 cores, so only 2 can truly run at once: bars that overlap share a core and stretch (with
 # one device per rank they would not), and the picture shows the schedule more than the speed.
 
+# %% [markdown] lang=zh
+# 用 **4** 个、再用 **8** 个 micro-batch 时，rank 0 计算 micro-batch 1 的同时，rank 1 已经开始处理
+# micro-batch 0，反向计算也同样相互重叠。在一步的开头和结尾仍然空闲的部分，就是*气泡*。对于 *p* = 4
+# 个相同的段和 *m* 个 micro-batch，理想的流水线平均同时有 4*m* / (*m* + *p* − 1) 个 rank 在计算：
+# *m* = 1 时为 1，4 时为 2.3，8 时为 2.9。这里 4 个 rank 共享 2 个 CPU 核心，所以真正能同时运行的
+# 只有 2 个：相互重叠的条形在共用一个核心，因而被拉长（每个 rank 独占一台设备时不会这样），所以这张
+# 图展示的更多是调度方式，而不是速度。
+
 # %%
 show(4)
 
@@ -258,8 +338,10 @@ one = sorted((start, end) for rank_events in events for start, end, _, _ in rank
 assert all(later[0] >= earlier[1] - 1e-3 for earlier, later in zip(one, one[1:])), one
 # with 8, rank 1 already works on micro-batch 0 before rank 0 has finished its forwards
 assert events[1][8][0][0] < events[0][8][7][1], (events[0][8], events[1][8])
-print(f"ranks computing at once, on average: {at_once(1):.1f} with 1 micro-batch, {at_once(4):.1f} with 4, "
-      f"{at_once(8):.1f} with 8 (a perfect pipeline: 1, 2.3, 2.9; 2 cores truly run at most 2)")
+print(say(f"ranks computing at once, on average: {at_once(1):.1f} with 1 micro-batch, {at_once(4):.1f} with 4, "
+          f"{at_once(8):.1f} with 8 (a perfect pipeline: 1, 2.3, 2.9; 2 cores truly run at most 2)",
+          f"平均同时在计算的 rank 数：1 个 micro-batch 时 {at_once(1):.1f}，4 个时 {at_once(4):.1f}，"
+          f"8 个时 {at_once(8):.1f}（理想流水线：1、2.3、2.9；2 个核心真正最多同时运行 2 个）"))
 
 # %% [markdown]
 # ## Training with the pipeline
@@ -267,6 +349,13 @@ print(f"ranks computing at once, on average: {at_once(1):.1f} with 1 micro-batch
 # Training is `pipeline_step` plus an optimizer per rank: each rank updates **only its own stage**,
 # with its own gradients (no all-reduce: nobody else holds these parameters). Only rank 3 knows the
 # loss, so the dashboard's loss chart has a single line; all ranks log their samples.
+
+# %% [markdown] lang=zh
+# ## 用流水线训练
+#
+# 训练就是 `pipeline_step` 再加上每个 rank 各自的优化器：每个 rank **只更新自己的那一段**，用的是
+# 自己的梯度（不需要 all-reduce：没有别的 rank 持有这些参数）。只有 rank 3 知道损失，所以仪表盘的
+# 损失图中只有一条线；所有 rank 都会记录各自处理的样本数。
 
 # %%
 %%ddp
@@ -281,13 +370,15 @@ for epoch in range(3):
         ddplab.log(loss=loss, samples=256)              # loss is None except on rank 3
         losses.append(loss)
 if last:
-    print(f"loss {losses[0]:.3f} -> {losses[-1]:.3f} in {len(losses)} steps")
+    print(say(f"loss {losses[0]:.3f} -> {losses[-1]:.3f} in {len(losses)} steps",
+              f"损失 {losses[0]:.3f} -> {losses[-1]:.3f}，共 {len(losses)} 步"))
 
 # %%
 losses = %ddp_gather losses
 losses = losses[3]                                      # rank 3's list: the others logged None
 assert losses[-1] < 0.5 * losses[0], losses
-print(f"the pipeline trains: rank 3's loss fell from {losses[0]:.2f} to {losses[-1]:.2f}")
+print(say(f"the pipeline trains: rank 3's loss fell from {losses[0]:.2f} to {losses[-1]:.2f}",
+          f"流水线确实在训练：rank 3 的损失从 {losses[0]:.2f} 降到了 {losses[-1]:.2f}"))
 
 # %% [markdown]
 # ## Pipeline or data parallelism?
@@ -295,12 +386,19 @@ print(f"the pipeline trains: rank 3's loss fell from {losses[0]:.2f} to {losses[
 # The same model and the same batch of 1024, timed four ways: the pipeline with 1, 4 and 8
 # micro-batches, and DDP (every rank the whole model and a quarter of the batch, gradients
 # all-reduced). `median_seconds` times a step on all ranks together and returns the slowest rank's
-# median.
+# median. Each rank also counts the parameters it holds, in the pipeline and in DDP.
+
+# %% [markdown] lang=zh
+# ## 流水线还是数据并行？
+#
+# 同一个模型、同一个 1024 的批次，用四种方式计时：分别使用 1、4、8 个 micro-batch 的流水线，以及 DDP
+# （每个 rank 持有整个模型、处理四分之一的批次，梯度做 all-reduce）。`median_seconds` 让所有 rank
+# 一起为一步计时，返回最慢的那个 rank 的中位数。每个 rank 还会统计自己在流水线和 DDP 中各持有多少参数。
 
 # %%
 %%ddp
 from torch.nn.parallel import DistributedDataParallel as DDP
-from ddplab.lessons.ranks import median_seconds
+from ddplab.lessons.ranks import median_seconds, param_spread
 
 seconds = {f"pipeline m={m}": median_seconds(lambda: pipeline_step(x, y, m), repeat=5) for m in (1, 4, 8)}
 
@@ -314,23 +412,34 @@ def ddp_step():
 seconds["DDP"] = median_seconds(ddp_step, repeat=5)
 held = {"pipeline": sum(p.numel() for p in stage.parameters()),
         "DDP": sum(p.numel() for p in replica.parameters())}
+replica_spread = param_spread(replica)                   # 0.0: the 4 DDP copies are the same model
 
 # %%
 seconds = %ddp_gather seconds
 held = %ddp_gather held
+replica_spread = %ddp_gather replica_spread
 seconds = {k: seconds[0][k] for k in ("pipeline m=1", "pipeline m=4", "pipeline m=8", "DDP")}  # same on every rank
-per_rank = {say("pipeline (largest stage)", "流水线（最大的一段）"): max(h["pipeline"] for h in held),
-            "DDP": held[0]["DDP"]}
-assert sum(h["pipeline"] for h in held) == held[0]["DDP"]     # the 4 stages make the whole model
-assert max(h["pipeline"] for h in held) < 0.3 * held[0]["DDP"]  # each pipeline rank: about a quarter
+stages = [h["pipeline"] for h in held]                   # rank r: the parameters of stage r
+whole = held[0]["DDP"]
+per_rank = {say("pipeline (largest stage)", "流水线（最大的一段）"): max(stages), "DDP": whole}
+assert all(h["DDP"] == whole for h in held) and set(replica_spread) == {0.0}   # DDP: the same whole model everywhere
+assert sum(stages) == whole                                                    # the 4 stages make the whole model
+assert max(stages) < 0.3 * whole                                               # each pipeline rank: about a quarter
 fastest = min(seconds, key=seconds.get)
-print(", ".join(f"{k}: {1000 * v:.0f} ms" for k, v in seconds.items()), f"per batch of {BATCH}; "
-      f"fastest here: {fastest}. Parameters per rank: {max(per_rank.values()) / min(per_rank.values()):.1f}x "
-      "as many with DDP")
+times = ", ".join(f"{k}: {1000 * v:.0f} ms" for k, v in seconds.items())
+times_zh = "，".join(f"{k.replace('pipeline', '流水线')}：{1000 * v:.0f} 毫秒" for k, v in seconds.items())
+print(say(f"{times} per batch of {BATCH}; fastest here: {fastest}",
+          f"每个 {BATCH} 的批次：{times_zh}；这里最快的是 {fastest.replace('pipeline', '流水线')}"))
+print(say(f"parameters held by each rank: DDP {whole:,} on every rank (the whole model, identical on all 4: "
+          f"spread {max(replica_spread)}); pipeline {stages} on ranks 0-3 (one stage each, {sum(stages):,} "
+          f"together): {whole / max(stages):.1f}x as many with DDP",
+          f"每个 rank 持有的参数：DDP 每个 rank 都是 {whole:,}（整个模型，4 个 rank 上完全相同：相差 "
+          f"{max(replica_spread)}）；流水线的 rank 0-3 分别是 {stages}（各持有一段，合起来是 {sum(stages):,}）："
+          f"DDP 是它的 {whole / max(stages):.1f} 倍"))
 draw.bars(None, panels=[
     dict(values={say(k, k.replace("pipeline", "流水线")): 1000 * v for k, v in seconds.items()},
-         ylabel=say("ms per batch", "每个 batch 的毫秒数"),
-         title=say(f"Time per batch of {BATCH}", f"每个 batch（{BATCH}）的时间")),
+         ylabel=say("ms per batch", "每个批次的毫秒数"),
+         title=say(f"Time per batch of {BATCH}", f"每个批次（{BATCH}）的时间")),
     dict(values={k: v / 1e6 for k, v in per_rank.items()}, ylabel=say("million parameters", "百万参数"),
          title=say("Parameters held by one rank", "每个 rank 持有的参数"))], fmt="{:.3g}")
 
@@ -355,6 +464,114 @@ draw.bars(None, panels=[
 #   them when needed.
 # - Large models combine them: pipeline stages, each stage data-parallel over several ranks.
 
+# %% [markdown] lang=zh
+# 哪一种更快，取决于机器、模型和批次；在这台共享的 2 核机器上，各次运行的时间会相差几十个百分点：
+# 请看打印出来的数字，而不要把它当成规律。不会变的是两者的结构：
+#
+# - **DDP** 的每个 rank 一直在自己那四分之一的批次上计算；它唯一的通信是对梯度做一次 all-reduce，
+#   数据量与模型一样大（这里是 420 万个参数 = 17 MB）。但每个 rank 都持有**整个**模型、它的梯度和
+#   它的优化器状态。
+# - **流水线**的每个 rank 只持有模型的**四分之一**。它要在 3 个分界处，把激活值向前传、把激活值的
+#   梯度向后传：每个分界每个批次每个方向 1024 × 1024 个浮点数 = 4 MB，这个量随批次大小增长，而不是
+#   随模型大小增长。它还会在气泡中闲着。
+#
+# 所以：
+#
+# - **模型放得进一台设备，你想处理更多数据：** 用数据并行（DDP）。
+# - **模型大到一台设备放不下：** 用模型并行。流水线并行（本课）按层切分模型；*张量并行*把每一层的
+#   矩阵切分到多个 rank 上；分片（FSDP、ZeRO）仍然是数据并行，但每个 rank 只保存参数的一部分，
+#   需要时再收集起来。
+# - 大模型会把它们组合起来：分成若干流水线段，每一段再在多个 rank 上做数据并行。
+
+# %% [markdown]
+# **A common claim / what actually happens.** A common claim: DDP is a form of model parallelism,
+# or does data parallelism and model parallelism at once. What actually happens: DDP is data
+# parallelism only. It **replicates** the whole model on every rank and splits the *data*;
+# model parallelism splits the *model* itself. The counts printed above show it: with DDP every rank
+# holds all of the model's parameters, identical on the 4 ranks (spread 0.0), while in the pipeline
+# each rank holds a different stage, and only the 4 stages together make the model. DDP itself never
+# splits a model: every rank must hold a whole replica. (You may wrap in DDP a model you have already
+# split over several devices of one process; DDP then replicates that whole model on every rank.
+# `find_unused_parameters=True`, which appears in such claims, only tells DDP that some parameters
+# may get no gradient in a step; it splits nothing.) To split a model, use pipelining as here,
+# tensor parallelism, or sharding (FSDP).
+
+# %% [markdown] lang=zh
+# **常见说法 / 实际情况。** 一种常见的说法是：DDP 也是一种模型并行，或者说它同时实现了数据并行和
+# 模型并行。实际情况是：DDP 只是数据并行。它在每个 rank 上**复制**整个模型，切分的是*数据*；模型并行
+# 切分的是*模型*本身。上面打印出的数字说明了这一点：使用 DDP 时，每个 rank 都持有模型的全部参数，
+# 而且 4 个 rank 上完全相同（相差 0.0）；而在流水线中，每个 rank 持有的是不同的一段，只有 4 段合在一起
+# 才是整个模型。DDP 本身从不切分模型：每个 rank 都必须持有一份完整的副本。（你可以把一个已经由你自己
+# 切分到同一进程的多台设备上的模型交给 DDP 包装；DDP 随后会在每个 rank 上复制这整个模型。这类说法中
+# 常出现的 `find_unused_parameters=True` 只是告诉 DDP 某些参数在某一步里可能得不到梯度；它什么也不
+# 切分。）要切分模型，请使用本课这样的流水线并行、张量并行，或者分片（FSDP）。
+
+# %% [markdown]
+# ## Beyond the hand-made pipeline: torch.distributed.pipelining
+#
+# Writing the sends, receives and schedule by hand shows how a pipeline works; for real work,
+# PyTorch ships it as `torch.distributed.pipelining`:
+#
+# - `PipelineStage(module, stage_index, num_stages, device)` wraps one rank's part of the model
+#   and does the `send`/`recv` of activations and gradients for it;
+# - a **schedule** runs the micro-batches: `ScheduleGPipe` (all forwards, then all backwards, as
+#   here), `Schedule1F1B` (one forward, one backward: fewer activations kept at once), and
+#   interleaved and zero-bubble schedules that shrink the bubble further;
+# - `pipeline(model, mb_args, split_spec={...: SplitPoint.BEGINNING})` traces a whole model and
+#   cuts it into stages for you, instead of building each stage by hand (`pipe.build_stage(rank,
+#   device)` then gives each rank its stage).
+#
+# Here each rank wraps a fresh copy of its stage in a `PipelineStage` and runs one step of
+# `ScheduleGPipe` with 8 micro-batches. Rank 0 passes the whole batch (the schedule cuts it), rank 3
+# the labels; the schedule computes the loss with `loss_fn` and divides the gradients by the number
+# of micro-batches, as `pipeline_step` did.
+
+# %% [markdown] lang=zh
+# ## 超越手写流水线：torch.distributed.pipelining
+#
+# 手写发送、接收和调度，能让你看清流水线是怎样工作的；在实际工作中，PyTorch 以
+# `torch.distributed.pipelining` 的形式提供了这一切：
+#
+# - `PipelineStage(module, stage_index, num_stages, device)` 包装一个 rank 持有的那部分模型，并替它
+#   完成激活值和梯度的 `send`/`recv`；
+# - 由一个**调度器**（schedule）来运行各个 micro-batch：`ScheduleGPipe`（先做完所有前向，再做所有
+#   反向，和本课一样）、`Schedule1F1B`（一次前向、一次反向交替进行：同时保存的激活值更少），以及
+#   进一步缩小气泡的交错（interleaved）调度和零气泡（zero-bubble）调度；
+# - `pipeline(model, mb_args, split_spec={...: SplitPoint.BEGINNING})` 会追踪整个模型并替你把它切成
+#   若干段，不必手工构建每一段（然后用 `pipe.build_stage(rank, device)` 给每个 rank 分配它的那一段）。
+#
+# 这里每个 rank 把自己那一段的一个全新副本包装进 `PipelineStage`，再用 8 个 micro-batch 运行一步
+# `ScheduleGPipe`。rank 0 传入整个批次（由调度器切分），rank 3 传入标签；调度器用 `loss_fn` 计算损失，
+# 并把梯度除以 micro-batch 的个数，和 `pipeline_step` 的做法一样。
+
+# %%
+%%ddp
+from torch.distributed.pipelining import PipelineStage, ScheduleGPipe
+
+fresh = build_model()[rank]                              # untrained, like the notebook's reference model
+piped = PipelineStage(fresh, stage_index=rank, num_stages=world_size, device=torch.device("cpu"))
+schedule = ScheduleGPipe(piped, n_microbatches=8, loss_fn=loss_fn)
+micro_losses = []
+if first:
+    schedule.step(x)                                     # the inputs go in on the first stage
+elif last:
+    schedule.step(target=y, losses=micro_losses)         # the labels on the last; one loss per micro-batch
+else:
+    schedule.step()                                      # the middle stages only pass things on
+grads = [p.grad.clone() for p in fresh.parameters()]
+if last:
+    mean = sum(l.item() for l in micro_losses) / len(micro_losses)
+    print(say(f"loss (mean of {len(micro_losses)} micro-batches): {mean:.4f}",
+              f"损失（{len(micro_losses)} 个 micro-batch 的平均）：{mean:.4f}"))
+
+# %%
+grads = %ddp_gather grads
+assert same_grads(grads)
+print(say("torch.distributed.pipelining with ScheduleGPipe gives the same gradients as the whole model "
+          "in one process, and as our hand-made pipeline",
+          "使用 ScheduleGPipe 的 torch.distributed.pipelining 得到的梯度，与整个模型在单个进程中算出的梯度、"
+          "以及我们手写的流水线算出的梯度都相同"))
+
 # %% [markdown]
 # ## Exercises
 #
@@ -364,7 +581,8 @@ draw.bars(None, panels=[
 #    the timeline, then draw it: which rank sets the pace of the pipeline?
 # 3. Write the *1F1B* schedule: after the first *p* forwards, each rank alternates one forward and one
 #    backward. Check it gives the same gradients, and count how many activations each rank has to
-#    keep at most (GPipe keeps all *m*).
+#    keep at most (GPipe keeps all *m*). Then replace `ScheduleGPipe` by `Schedule1F1B` in the last
+#    section and compare the gradients with yours.
 #
 # ## 练习
 #
@@ -373,7 +591,19 @@ draw.bars(None, panels=[
 # 2. 让各段不均衡：第 1 段用两个 `Linear(1024, 1024)`，其余各段一个。先预测时间线，再画出来：
 #    哪个 rank 决定了流水线的节奏？
 # 3. 实现 *1F1B* 调度：前 *p* 次前向之后，每个 rank 交替做一次前向、一次反向。检查梯度是否相同，
-#    并统计每个 rank 最多需要保存多少个激活值（GPipe 要保存全部 *m* 个）。
+#    并统计每个 rank 最多需要保存多少个激活值（GPipe 要保存全部 *m* 个）。然后在最后一节中把
+#    `ScheduleGPipe` 换成 `Schedule1F1B`，把它的梯度与你的结果比较。
+
+# %% [markdown] lang=zh
+# ## 练习
+#
+# 1. 用 16 和 32 个 micro-batch 运行流水线（`for micro in (1, 16, 32)` 时的 `events`）。气泡是否继续
+#    变小？什么随之增加了（看看消息的数量和大小）？
+# 2. 让各段不均衡：给第 1 段两个 `Linear(1024, 1024)` 层，其余各段一个。先预测时间线，再画出来：
+#    哪个 rank 决定了流水线的节奏？
+# 3. 实现 *1F1B* 调度：前 *p* 次前向之后，每个 rank 交替做一次前向、一次反向。检查它得到的梯度是否
+#    相同，并统计每个 rank 最多需要同时保存多少份激活值（GPipe 要保存全部 *m* 份）。然后在最后一节中
+#    把 `ScheduleGPipe` 换成 `Schedule1F1B`，把它的梯度与你的结果比较。
 
 # %%
 %ddp_stop

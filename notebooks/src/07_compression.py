@@ -15,8 +15,22 @@
 # 32 位保存 Linear 层的权重：对比模型大小、准确率和推理时间。**梯度通信压缩**在 all-reduce 之前
 # 把 DDP 的梯度桶转换为 16 位：字节数减半，训练几乎不变。
 #
-# **You will see:** accuracy against sparsity (global and per-layer pruning), float32 vs int8
-# size / accuracy / latency, and loss curves and bytes sent with fp32, fp16 and bf16 gradients.
+# **You will see:** accuracy against sparsity (global and per-layer pruning), what pruning does to
+# a layer (mask, zeros, saved size), float32 vs int8 size / accuracy / latency, and loss curves
+# and bytes sent with fp32, fp16 and bf16 gradients.
+
+# %% [markdown] lang=zh
+# # 第 7 课 · 剪枝、量化与梯度压缩
+#
+# **简而言之**：训练好的网络在两个地方带着超出需要的精度：要发布的**模型**，以及训练时各进程
+# （rank）之间交换的**梯度**。这一课先用 DDP 训练一个小 MLP，再用三种方法压缩它。**剪枝**把最小的
+# 权重置零：4 个 rank 分担不同的稀疏度，一起画出准确率随稀疏度变化的曲线。**动态 int8 量化**用 8 位
+# 而不是 32 位保存 Linear 层的权重：把模型大小、准确率和推理时间并排比较。**梯度通信压缩**在
+# all-reduce 之前把 DDP 的梯度桶转换成 16 位：字节数减半，训练几乎不受影响。
+#
+# **你将看到：** 准确率随稀疏度的变化（全局剪枝与逐层剪枝），剪枝对一个层做了什么（掩码、零、保存
+# 后的大小），float32 与 int8 在大小、准确率和延迟上的对比，以及使用 fp32、fp16、bf16 梯度时的
+# 损失曲线和发送的字节数。
 
 # %%
 %load_ext ddplab
@@ -33,12 +47,21 @@ from ddplab.lessons import draw, say
 # layers, 85 k parameters. DDP training as in lessons 2 and 3: `DistributedSampler` gives each rank
 # a quarter of each epoch, in batches of 64 per rank (256 in all); 6 epochs, a few seconds.
 
+# %% [markdown] lang=zh
+# ## 一个待压缩的模型
+#
+# 用 `synthetic_classification` 生成 12,000 个样本（64 个特征，10 个类别）：10,000 个用于训练，最后
+# 2,000 个留作测试集，任何 rank 都不在它上面训练。模型是 `mlp(64, 256, 10)`：三个 Linear 层，
+# 8.5 万个参数。DDP 训练方式与第 2、3 课相同：`DistributedSampler` 让每个 rank 分到每个 epoch 的
+# 四分之一，每个 rank 每批 64 个样本（合计 256 个）；训练 6 个 epoch，只需几秒钟。
+
 # %%
 %%ddp
 from torch.nn.parallel import DistributedDataParallel as DDP
 from torch.utils.data import DataLoader, DistributedSampler, TensorDataset
 from ddplab.workloads import synthetic_classification, mlp
 from ddplab.lessons.ranks import param_spread
+from ddplab.lessons import say                 # in rank code too: speaks the pool's language
 
 X, Y = synthetic_classification(n=12_000, features=64, classes=10).tensors
 train = TensorDataset(X[:10_000], Y[:10_000])
@@ -66,14 +89,16 @@ for epoch in range(6):
 
 trained = model.module                              # the plain model inside DDP
 base_accuracy, spread = accuracy(trained), param_spread(trained)
-print(f"test accuracy {base_accuracy:.1%}, parameters differ across ranks by {spread}")
+print(say(f"test accuracy {base_accuracy:.1%}, parameters differ across ranks by {spread}",
+          f"测试准确率 {base_accuracy:.1%}，各 rank 的参数相差 {spread}"))
 
 # %%
 base_accuracy = %ddp_gather base_accuracy
 spread = %ddp_gather spread
 base_accuracy = base_accuracy[0]
 assert spread == [0.0] * 4 and base_accuracy > 0.8
-print(f"every rank holds the same trained model: {base_accuracy:.1%} on the 2,000 held-out samples")
+print(say(f"every rank holds the same trained model: {base_accuracy:.1%} on the 2,000 held-out samples",
+          f"每个 rank 都持有同一个训练好的模型：在留出的 2,000 个样本上准确率为 {base_accuracy:.1%}"))
 
 # %% [markdown]
 # ## 1. Pruning: zero the smallest weights
@@ -89,12 +114,36 @@ print(f"every rank holds the same trained model: {base_accuracy:.1%} on the 2,00
 #
 # Eight sparsity levels, two ways each: 16 pruned models. Each rank takes every 4th level
 # (`amounts[rank::world_size]`), so the work is split across the 4 processes, and the notebook
-# gathers the results.
+# gathers the results. Each result also records the size of the saved `state_dict`, as it is
+# (dense) and with the weight matrices stored as sparse tensors (`to_sparse()`).
+
+# %% [markdown] lang=zh
+# ## 1. 剪枝：把最小的权重置零
+#
+# `torch.nn.utils.prune.l1_unstructured(layer, "weight", amount=0.9)` 把一个层中绝对值最小的 90%
+# 权重置零。它是通过*掩码*（mask）实现的：层里保存 `weight_orig` 和 `weight_mask`，而 `weight` 变成
+# 二者的乘积；`prune.remove` 让剪枝永久生效（得到一个含有零的普通 `weight`）。有两种选法：
+#
+# - **逐层：** 每一层去掉相同的比例；
+# - **全局**（`prune.global_unstructured`）：在整个网络中挑出最小的那些权重，不管它们在哪一层，
+#   所以小权重多的层会被去掉更多。
+#
+# 8 个稀疏度，每个用两种方法：共 16 个剪枝后的模型。每个 rank 每隔 4 个取一个稀疏度
+# （`amounts[rank::world_size]`），这样工作就分摊到 4 个进程上，再由 notebook 汇总结果。每个结果还
+# 记录了保存下来的 `state_dict` 的大小：原样保存（稠密），以及把权重矩阵存为稀疏张量（`to_sparse()`）时。
 
 # %%
 %%ddp
 import copy
+import io
 import torch.nn.utils.prune as prune
+
+def saved_bytes(net, sparse=False):
+    """Bytes of the saved state_dict; sparse=True stores the weight matrices as sparse tensors."""
+    state = {k: v.to_sparse() if sparse and v.dim() == 2 else v for k, v in net.state_dict().items()}
+    buffer = io.BytesIO()
+    torch.save(state, buffer)
+    return buffer.getbuffer().nbytes
 
 amounts = [0.0, 0.2, 0.4, 0.6, 0.7, 0.8, 0.9, 0.95]
 results = []
@@ -112,13 +161,19 @@ for amount in amounts[rank::world_size]:            # rank 0: 0.0 and 0.7, rank 
             prune.remove(m, "weight")                  # permanent: weight_orig and the mask are gone
         results.append(dict(amount=amount, how=how, accuracy=accuracy(pruned),
                             zeros=[int((m.weight == 0).sum()) for m in layers],
-                            sizes=[m.weight.numel() for m in layers]))
-print(", ".join(f"{r['how']} {r['amount']:.0%}: {r['accuracy']:.1%}" for r in results))
+                            sizes=[m.weight.numel() for m in layers],
+                            dense=saved_bytes(pruned), sparse=saved_bytes(pruned, sparse=True)))
+named = {"global": say("global", "全局"), "per layer": say("per layer", "逐层")}
+print(say(", ", "，").join(f"{named[r['how']]} {r['amount']:.0%}: {r['accuracy']:.1%}" for r in results))
 
 # %% [markdown]
 # Check that pruning did what it says: after `prune.remove`, exactly the requested fraction of the
 # weights is zero (per layer for per-layer pruning, over all layers for global pruning), and 0 %
 # pruning changes nothing. Then the picture.
+
+# %% [markdown] lang=zh
+# 检查剪枝是否如其所说：`prune.remove` 之后，恰好有所要求比例的权重为零（逐层剪枝按每一层计算，全局
+# 剪枝按所有层合计计算），而 0% 的剪枝什么也不改变。然后画图。
 
 # %%
 results = %ddp_gather results
@@ -133,9 +188,11 @@ at = {(r["how"], r["amount"]): r["accuracy"] for r in results}
 assert at["global", 0.6] > base_accuracy - 0.05        # most of the weights are not needed
 share = [f"{z / n:.0%}" for z, n in zip(next(r["zeros"] for r in results if r["how"] == "global" and r["amount"] == 0.9),
                                        results[0]["sizes"])]
-print(f"zeros exactly as requested. Global pruning at 90% removes {', '.join(share)} of layers 1, 2, 3; "
-      f"accuracy at 90%: global {at['global', 0.9]:.1%}, per layer {at['per layer', 0.9]:.1%} "
-      f"(unpruned {base_accuracy:.1%})")
+print(say(f"zeros exactly as requested. Global pruning at 90% removes {', '.join(share)} of layers 1, 2, 3; "
+          f"accuracy at 90%: global {at['global', 0.9]:.1%}, per layer {at['per layer', 0.9]:.1%} "
+          f"(unpruned {base_accuracy:.1%})",
+          f"零的个数与要求完全一致。90% 的全局剪枝去掉了第 1、2、3 层各自 {'、'.join(share)} 的权重；"
+          f"90% 时的准确率：全局 {at['global', 0.9]:.1%}，逐层 {at['per layer', 0.9]:.1%}（未剪枝 {base_accuracy:.1%}）"))
 draw.lines({say(how, {"global": "全局", "per layer": "逐层"}[how]):
             ([100 * r["amount"] for r in results if r["how"] == how],
              [100 * r["accuracy"] for r in results if r["how"] == how]) for how in ("global", "per layer")},
@@ -151,7 +208,131 @@ draw.lines({say(how, {"global": "全局", "per layer": "逐层"}[how]):
 # Zeros alone make the model neither smaller nor faster: the weight is still a dense tensor of the
 # same size, zeros included. The gain comes from storing it sparsely (`weight.to_sparse()`), from
 # compressing the file, or from *structured* pruning (`prune.ln_structured` removes whole rows,
-# i.e. neurons, so the layer can be rebuilt smaller).
+# i.e. neurons, so the layer can be rebuilt smaller). The sizes each rank recorded:
+
+# %% [markdown] lang=zh
+# 去掉大部分权重之后，准确率才开始受到影响。全局剪枝坚持得更久：它主要从 256 × 256 的大中间层下手，
+# 这一层权重很多、每个都很小；而从第一层和小小的输出层去掉得较少，那里每个权重的作用更大（各层的
+# 比例已在上面打印出来）。
+#
+# 仅仅有零，并不会让模型变小或变快：权重仍然是一个同样大小的稠密张量，零也照样占位置。收益来自
+# 稀疏存储（`weight.to_sparse()`）、压缩文件，或者*结构化*剪枝（`prune.ln_structured` 去掉整行，
+# 也就是整个神经元，这样就能把层重建得更小）。各 rank 记录下的大小如下：
+
+# %%
+dense = {r["amount"]: r["dense"] for r in results if r["how"] == "global"}
+sparse = {r["amount"]: r["sparse"] for r in results if r["how"] == "global"}
+assert len(set(dense.values())) == 1                     # the same bytes at every sparsity, 0 % included
+assert sparse[0.9] < dense[0.9] < sparse[0.0]            # sparse storage: smaller only when most entries are 0
+smaller = min(a for a in sparse if sparse[a] < dense[a])
+print(say(f"saved state_dict: {dense[0.0] / 1e3:.0f} kB unpruned and {dense[0.9] / 1e3:.0f} kB with 90% of the "
+          f"weights zero. Stored sparse: {sparse[0.9] / 1e3:.0f} kB at 90%, but {sparse[0.0] / 1e3:.0f} kB unpruned "
+          f"(a sparse tensor keeps two int64 indices per non-zero); smaller than dense from {smaller:.0%} here",
+          f"保存的 state_dict：未剪枝时 {dense[0.0] / 1e3:.0f} kB，90% 的权重为零时 {dense[0.9] / 1e3:.0f} kB。"
+          f"存为稀疏张量：90% 时 {sparse[0.9] / 1e3:.0f} kB，未剪枝时却是 {sparse[0.0] / 1e3:.0f} kB"
+          f"（稀疏张量为每个非零元素保存两个 int64 索引）；在这里从 {smaller:.0%} 起才比稠密存储小"))
+
+# %% [markdown]
+# **A common claim / what actually happens.** A common claim: TorchScript and XLA are PyTorch's
+# tools for sparse training. What actually happens: both are **compilers**, and neither sets a
+# single weight to zero. TorchScript (`torch.jit`, deprecated since torch 2.5 in favour of
+# `torch.compile` and `torch.export`) turns a model into a graph that can run without Python; XLA
+# compiles such graphs for accelerators like TPUs (in PyTorch through the separate `torch_xla`
+# package). Sparsity comes from **pruning**, which is what this section did: the zeros were counted
+# above, exactly as many as requested. And zeros by themselves save nothing: the sizes just printed
+# show the 90 %-pruned model saves to as many bytes as the unpruned one, until the weights are stored
+# in a sparse format (or the layers rebuilt smaller).
+
+# %% [markdown] lang=zh
+# **常见说法 / 实际情况。** 一种常见的说法是：TorchScript 和 XLA 是 PyTorch 用来做稀疏训练的工具。
+# 实际情况是：两者都是**编译器**，都不会把任何一个权重置零。TorchScript（`torch.jit`，自 torch 2.5
+# 起已弃用，建议改用 `torch.compile` 和 `torch.export`）把模型转换成一个不依赖 Python 也能运行的计算图；
+# XLA 为 TPU 之类的加速器编译这样的计算图（在 PyTorch 中通过独立的 `torch_xla` 包使用）。稀疏性来自
+# **剪枝**，也就是这一节所做的事：上面已经数过零的个数，与要求的完全一致。而零本身什么也节省不了：
+# 刚才打印出的大小表明，剪掉 90% 的模型保存下来的字节数与未剪枝的模型相同，除非把权重存成稀疏格式
+# （或者把各层重建得更小）。
+
+# %% [markdown]
+# ### What `l1_unstructured` does, up close
+#
+# One layer, pruned by half, looked at before `prune.remove`: which tensors the layer holds, how
+# `weight` is made, how many entries are zero, and where the cut falls. Rank 0 does it alone. For
+# comparison, the cell also applies a rule sometimes given for pruning, `W − α·sign(|∇W|)`, to the
+# same layer's last gradient, and counts the zeros it makes.
+
+# %% [markdown] lang=zh
+# ### 近距离看 `l1_unstructured` 做了什么
+#
+# 取一个层，剪掉一半，在 `prune.remove` 之前观察它：这个层持有哪些张量，`weight` 是怎样得到的，
+# 有多少个元素为零，以及切分点落在哪里。这一步只由 rank 0 来做。作为对比，这个单元格还把有时被
+# 当作剪枝方法的一条规则 `W − α·sign(|∇W|)` 应用到同一层最后一步的梯度上，并数一数它产生了多少个零。
+
+# %%
+%%ddp --ranks 0
+layer = copy.deepcopy(trained[2])                   # the 256 × 256 middle layer
+w = layer.weight.detach().clone()
+prune.l1_unstructured(layer, "weight", amount=0.5)
+mask = layer.weight_mask
+rule = w - 0.01 * torch.sign(trained[2].weight.grad.abs())   # W − α·sign(|∇W|), α = 0.01
+up_close = dict(
+    parameters=[name for name, _ in layer.named_parameters()],   # weight_orig (trained), bias
+    buffers=[name for name, _ in layer.named_buffers()],         # weight_mask (0 or 1)
+    product=torch.equal(layer.weight, layer.weight_orig * mask),
+    zeros=int((layer.weight == 0).sum()), size=w.numel(),
+    largest_pruned=w.abs()[mask == 0].max().item(), smallest_kept=w.abs()[mask == 1].min().item(),
+    mean_abs=w.abs().mean().item(), rule_zeros=int((rule == 0).sum()))
+
+# %%
+up_close = %ddp_gather up_close if rank == 0 else None
+u = up_close[0]
+assert u["parameters"] == ["bias", "weight_orig"] and u["buffers"] == ["weight_mask"] and u["product"]
+assert u["zeros"] == round(0.5 * u["size"])                  # exactly `amount` of the entries
+assert u["largest_pruned"] <= u["smallest_kept"]             # the smallest |w| went, whatever their value
+assert u["rule_zeros"] == 0
+print(say(f"the layer now trains weight_orig and holds weight_mask; weight == weight_orig * weight_mask: "
+          f"{u['product']}. Zeros: {u['zeros']:,} of {u['size']:,}, exactly half. Every pruned |w| "
+          f"(the largest {u['largest_pruned']:.6f}) is at most every kept |w| (the smallest "
+          f"{u['smallest_kept']:.6f}): the cut is wherever the median |w| lies. The layer's mean |w| is "
+          f"{u['mean_abs']:.4f}, so a rule zeroing tensors whose mean |w| is under 0.01 would "
+          f"{'remove nothing here' if u['mean_abs'] >= 0.01 else 'zero the whole layer'}. "
+          f"W − α·sign(|∇W|) made {u['rule_zeros']} zeros",
+          f"这个层现在训练的是 weight_orig，并持有 weight_mask；weight == weight_orig * weight_mask："
+          f"{u['product']}。零的个数：{u['size']:,} 个中的 {u['zeros']:,} 个，恰好一半。每个被剪掉的 |w|"
+          f"（最大为 {u['largest_pruned']:.6f}）都不大于每个保留下来的 |w|（最小为 {u['smallest_kept']:.6f}）："
+          f"切分点就落在 |w| 的中位数所在之处。这一层 |w| 的平均值为 {u['mean_abs']:.4f}，所以“平均 |w| 低于 0.01 "
+          f"就把整个张量置零”的规则在这里{'什么也不会去掉' if u['mean_abs'] >= 0.01 else '会把整层置零'}。"
+          f"W − α·sign(|∇W|) 产生了 {u['rule_zeros']} 个零"))
+
+# %% [markdown]
+# **A common claim / what actually happens.** A common claim about how PyTorch prunes: normalise
+# the gradients, take their absolute values, keep the weights whose gradient is large and zero the
+# others, with the update `W_new = W_old − α·sign(|∇W_old|)`; or zero a whole parameter tensor when
+# its mean absolute value falls below a fixed threshold such as 0.01. What actually happens:
+# `prune.l1_unstructured(module, "weight", amount)` never looks at a gradient. It ranks the entries
+# of the weight by |w| and masks exactly `amount` of them (a fraction, or a count if you pass an
+# int), the smallest, one entry at a time; there is no fixed threshold, the cut falls wherever the
+# `amount`-th smallest |w| lies, and a tensor is never zeroed as a whole (unless `amount=1.0`). The
+# run above shows it: `weight` is now `weight_orig * weight_mask`, recomputed before every forward,
+# while the optimizer keeps training `weight_orig`; exactly half the entries are zero; and every
+# pruned |w| lies at or below every kept one, while the printed mean |w| says what the fixed-threshold
+# rule would have done to this layer. The quoted update is not pruning at all: `sign(|g|)` is 1
+# wherever the gradient is not zero, so it subtracts α from nearly every weight, and it made no zeros
+# on this layer. (To prune by another score, such as one computed from gradients, pass it yourself as
+# `importance_scores`.)
+
+# %% [markdown] lang=zh
+# **常见说法 / 实际情况。** 关于 PyTorch 如何剪枝，一种常见的说法是：先对梯度做归一化，取绝对值，
+# 保留梯度大的权重、把其余的置零，更新公式为 `W_new = W_old − α·sign(|∇W_old|)`；或者当一个参数张量
+# 的平均绝对值低于某个固定阈值（例如 0.01）时，把整个张量置零。实际情况是：
+# `prune.l1_unstructured(module, "weight", amount)` 从来不看梯度。它按 |w| 对权重的各个元素排序，
+# 逐个元素地屏蔽其中最小的、恰好 `amount` 个（传入小数表示比例，传入整数表示个数）；没有固定的
+# 阈值，切分点落在第 `amount` 小的 |w| 所在之处，而且永远不会把整个张量置零（除非 `amount=1.0`）。
+# 上面的运行说明了这一点：`weight` 现在是 `weight_orig * weight_mask`，在每次前向计算之前重新计算，
+# 而优化器继续训练的是 `weight_orig`；恰好一半的元素为零；每个被剪掉的 |w| 都不大于每个保留下来的 |w|；
+# 打印出的平均 |w| 则说明了那条固定阈值规则会对这一层做什么。
+# 上面引用的更新公式根本不是剪枝：只要梯度不为零，`sign(|g|)` 就等于 1，所以它只是从几乎每个权重中
+# 减去 α，在这一层上它一个零也没有产生。（如果想按别的分数剪枝，例如由梯度算出的分数，需要自己把它
+# 作为 `importance_scores` 传进去。）
 
 # %% [markdown]
 # ## 2. Dynamic int8 quantization
@@ -167,9 +348,21 @@ draw.lines({say(how, {"global": "全局", "per layer": "逐层"}[how]):
 # idle so they do not compete with the timing for this machine's 2 cores. Size is the bytes of the
 # saved `state_dict`; latency the time to classify the 2,000 test samples.
 
+# %% [markdown] lang=zh
+# ## 2. 动态 int8 量化
+#
+# `torch.ao.quantization.quantize_dynamic(model, {nn.Linear}, dtype=torch.qint8)` 把每个 Linear 层
+# 替换成一个用 8 位整数（外加一个缩放因子）保存权重的层，并在推理时对每个批次的激活值即时量化
+# （即“动态”）。它在 torch 2.13 中仍然存在并且可用，但 torch 已把整个 `torch.ao.quantization` 模块
+# 标记为弃用，建议改用独立的 **torchao** 包（`torchao.quantization.quantize_` 配合
+# `Int8DynamicActivationInt8WeightConfig`）；下面的单元格屏蔽了这条警告。
+#
+# 这一步只在 rank 0 上运行（`%%ddp --ranks 0`）：只需转换一个模型，其余 3 个 rank 保持空闲，以免与
+# 计时争抢这台机器的 2 个核心。大小指保存下来的 `state_dict` 的字节数；延迟指对 2,000 个测试样本
+# 做分类所用的时间。
+
 # %%
 %%ddp --ranks 0
-import io
 import statistics
 import time
 import warnings
@@ -178,11 +371,6 @@ with warnings.catch_warnings():
     warnings.simplefilter("ignore", DeprecationWarning)   # "torch.ao.quantization is deprecated"
     warnings.simplefilter("ignore", UserWarning)          # quantized tensor types, same reason
     int8 = torch.ao.quantization.quantize_dynamic(trained, {nn.Linear}, dtype=torch.qint8)
-
-def saved_bytes(net):
-    buffer = io.BytesIO()
-    torch.save(net.state_dict(), buffer)
-    return buffer.getbuffer().nbytes
 
 def latency(net, repeat=30):
     """Median seconds to classify the 2,000 test samples (the median shrugs off other programs)."""
@@ -206,10 +394,14 @@ quantized = quantized[0]
 f32, i8 = quantized["float32"], quantized["int8"]
 assert i8["bytes"] < 0.35 * f32["bytes"]                  # 1 byte a weight instead of 4 (biases stay float)
 assert abs(i8["accuracy"] - f32["accuracy"]) < 0.02
-print(f"int8: {i8['bytes'] / 1e3:.0f} kB instead of {f32['bytes'] / 1e3:.0f} kB "
-      f"({f32['bytes'] / i8['bytes']:.1f}x smaller), accuracy {i8['accuracy']:.1%} vs {f32['accuracy']:.1%}, "
-      f"{1e3 * i8['seconds']:.1f} ms vs {1e3 * f32['seconds']:.1f} ms for 2,000 samples "
-      f"({f32['seconds'] / i8['seconds']:.1f}x the speed)")
+print(say(f"int8: {i8['bytes'] / 1e3:.0f} kB instead of {f32['bytes'] / 1e3:.0f} kB "
+          f"({f32['bytes'] / i8['bytes']:.1f}x smaller), accuracy {i8['accuracy']:.1%} vs {f32['accuracy']:.1%}, "
+          f"{1e3 * i8['seconds']:.1f} ms vs {1e3 * f32['seconds']:.1f} ms for 2,000 samples "
+          f"({f32['seconds'] / i8['seconds']:.1f}x the speed)",
+          f"int8：{i8['bytes'] / 1e3:.0f} kB，而 float32 为 {f32['bytes'] / 1e3:.0f} kB"
+          f"（小了 {f32['bytes'] / i8['bytes']:.1f} 倍），准确率 {i8['accuracy']:.1%}，float32 为 {f32['accuracy']:.1%}；"
+          f"2,000 个样本用时 {1e3 * i8['seconds']:.1f} 毫秒，float32 为 {1e3 * f32['seconds']:.1f} 毫秒"
+          f"（速度是 float32 的 {f32['seconds'] / i8['seconds']:.1f} 倍）"))
 draw.bars(None, panels=[
     dict(values={k: v["bytes"] / 1e3 for k, v in quantized.items()}, ylabel="kB",
          title=say("Saved size", "保存后的大小")),
@@ -225,6 +417,11 @@ draw.bars(None, panels=[
 # and LSTM layers on CPU; convolutions need *static* quantization, which also calibrates the
 # activations' range on sample data.
 
+# %% [markdown] lang=zh
+# 模型小了将近四倍（偏置和缩放因子仍是浮点数），准确率不变。速度取决于 CPU（它的 int8 指令）和层的
+# 大小，因为每个批次的激活值都要先量化：上面的数字是这台机器上测得的。动态量化适用于 CPU 上的 Linear
+# 层和 LSTM 层；卷积层需要*静态*量化，它还要在样本数据上校准激活值的范围。
+
 # %% [markdown]
 # ## 3. Compressing the gradients DDP sends
 #
@@ -238,6 +435,19 @@ draw.bars(None, panels=[
 #
 # Three runs from the same start, on the same batches, in the same order: only the hook differs.
 # (The dashboard shows the three runs one after another.)
+
+# %% [markdown] lang=zh
+# ## 3. 压缩 DDP 发送的梯度
+#
+# 训练时，每一步每个 rank 都要对它的全部梯度做 all-reduce：这里是 8.5 万个 float32 数，每步 340 kB。
+# DDP 的**通信钩子**（communication hook）可以用你自己的函数替换这次 all-reduce。torch 自带
+# `fp16_compress_hook` 和 `bf16_compress_hook`：把梯度桶转换成 16 位，做 all-reduce，再转换回来。
+# `CommCounter` 包装了它们，并统计字节数。
+#
+# - **fp16** 保留 10 位尾数，但范围很小（最大 65504，最小约 6·10⁻⁸）；
+# - **bf16** 保留 float32 的范围，但只有 7 位尾数。
+#
+# 三次运行从同一个起点出发，使用同样的批次、同样的顺序：只有钩子不同。（仪表盘会依次显示这三次运行。）
 
 # %%
 %%ddp
@@ -266,7 +476,8 @@ def train_with(compress, epochs=3):
                 spread=param_spread(model.module), accuracy=accuracy(model.module))
 
 runs = {name: train_with(compress) for name, compress in (("fp32", None), ("fp16", "fp16"), ("bf16", "bf16"))}
-print(", ".join(f"{name}: {run['sent'][-1] / len(run['sent']) / 1e3:.0f} kB per step, {run['seconds']:.1f} s"
+print(say("; ", "；").join(say(f"{name}: {run['sent'][-1] / len(run['sent']) / 1e3:.0f} kB per step, {run['seconds']:.1f} s",
+                    f"{name}：每步 {run['sent'][-1] / len(run['sent']) / 1e3:.0f} kB，{run['seconds']:.1f} 秒")
                 for name, run in runs.items()))
 
 # %% [markdown]
@@ -274,6 +485,11 @@ print(", ".join(f"{name}: {run['sent'][-1] / len(run['sent']) / 1e3:.0f} kB per 
 # batch of 256. Left: that loss, step by step, for the three runs. Middle: how far the 16-bit runs
 # drift from the float32 one (fp32's own line is 0). Right: the bytes handed to the all-reduce,
 # added up (the fp16 and bf16 lines coincide).
+
+# %% [markdown] lang=zh
+# 每个 rank 的损失只针对它自己的 64 个样本；把 4 个 rank 的损失取平均，就得到整个 256 个样本批次的
+# 损失。左图：三次运行中这个损失逐步的变化。中图：16 位的两次运行与 float32 运行相差多少（fp32 自己
+# 的线为 0）。右图：交给 all-reduce 的字节数的累计值（fp16 和 bf16 的线重合）。
 
 # %%
 runs = %ddp_gather runs
@@ -289,10 +505,14 @@ assert all(r[n]["spread"] == 0.0 for r in runs for n in names)          # ranks 
 assert all(abs(late[n] - late["fp32"]) < 0.1 * late["fp32"] for n in names), late
 assert all(abs(runs[0][n]["accuracy"] - runs[0]["fp32"]["accuracy"]) < 0.03 for n in names)
 drift = {n: max(abs(a - b) for a, b in zip(loss[n], loss["fp32"])) for n in names}
-print(f"{per_step['fp32'] / 1e3:.0f} kB per step with fp32, {per_step['fp16'] / 1e3:.0f} kB with fp16 and bf16; "
-      f"largest loss difference from fp32: fp16 {drift['fp16']:.4f}, bf16 {drift['bf16']:.4f}; "
-      "loss over the last 20 steps: " + ", ".join(f"{n} {late[n]:.3f}" for n in names) + "; test accuracy: "
-      + ", ".join(f"{n} {runs[0][n]['accuracy']:.1%}" for n in names))
+lates = say(", ", "，").join(f"{n} {late[n]:.3f}" for n in names)
+accs = say(", ", "，").join(f"{n} {runs[0][n]['accuracy']:.1%}" for n in names)
+print(say(f"{per_step['fp32'] / 1e3:.0f} kB per step with fp32, {per_step['fp16'] / 1e3:.0f} kB with fp16 and bf16; "
+          f"largest loss difference from fp32: fp16 {drift['fp16']:.4f}, bf16 {drift['bf16']:.4f}; "
+          f"loss over the last 20 steps: {lates}; test accuracy: {accs}",
+          f"fp32 每步 {per_step['fp32'] / 1e3:.0f} kB，fp16 和 bf16 每步 {per_step['fp16'] / 1e3:.0f} kB；"
+          f"与 fp32 损失的最大差值：fp16 {drift['fp16']:.4f}，bf16 {drift['bf16']:.4f}；"
+          f"最后 20 步的平均损失：{lates}；测试准确率：{accs}"))
 draw.lines(None, panels=[
     dict(series={n: (range(1, steps + 1), loss[n]) for n in names}, xlabel=say("step", "步数"),
          ylabel=say("loss (mean of 4 ranks)", "损失（4 个 rank 的平均）"), title=say("Training loss", "训练损失")),
@@ -312,6 +532,14 @@ draw.lines(None, panels=[
 # Lower precision has a price on other models: fp16 can overflow or flush tiny gradients to zero
 # (bf16 does not, but rounds harder). PowerSGD (`powerSGD_hook`) compresses much further by
 # sending a low-rank approximation of each gradient.
+
+# %% [markdown] lang=zh
+# 三条损失曲线相互重叠：舍入让损失的变化不到千分之一，bf16 稍大一些（尾数位更少）；各 rank 仍然持有
+# 完全相同的参数（每个 rank 得到的是同一个舍入后的和）。对比上面打印出的每次运行所用的秒数：在一台
+# 机器上，all-reduce 只是一次内存复制，字节数减半省不了多少时间，而转换到 16 位再转回来也要花时间。
+# 在真实的网络上，通信正是限制数据并行训练的因素（第 11 课），字节数减半可能让每一步快得多。在别的
+# 模型上，更低的精度是有代价的：fp16 可能溢出，或者把极小的梯度冲刷为零（bf16 不会，但舍入更粗）。
+# PowerSGD（`powerSGD_hook`）发送每个梯度的低秩近似，压缩得更多。
 
 # %% [markdown]
 # ## Exercises
@@ -335,6 +563,18 @@ draw.lines(None, panels=[
 # 3. 使用 `torch.distributed.algorithms.ddp_comm_hooks.powerSGD_hook` 中的 `powerSGD_hook`，状态为
 #    `PowerSGDState(process_group=None, matrix_approximation_rank=1, start_powerSGD_iter=10)`。
 #    损失与 fp32 相比如何？（统计它发送的字节需要自己写一个包装：n × m 矩阵的秩 1 近似只发送 n + m 个数。）
+
+# %% [markdown] lang=zh
+# ## 练习
+#
+# 1. 把全局 L1 剪枝换成**结构化**剪枝：`prune.ln_structured(layer, "weight", amount=0.5, n=2, dim=0)`
+#    会删除整个输出神经元。去掉被删除的行和列，重建各层：还剩多少参数？准确率是多少？
+# 2. 对剪掉 90% 的模型做量化。int8 还能保持准确率吗？用 `gzip` 压缩之后
+#    （`import gzip; len(gzip.compress(buffer.getvalue()))`），保存的文件有多大？剪枝与否有什么不同？
+# 3. 使用 `torch.distributed.algorithms.ddp_comm_hooks.powerSGD_hook` 中的 `powerSGD_hook`，状态取
+#    `PowerSGDState(process_group=None, matrix_approximation_rank=1, start_powerSGD_iter=10)`。
+#    损失与 fp32 相比如何？（要统计它发送的字节数，需要自己写一个包装：n × m 矩阵的秩 1 近似只发送
+#    n + m 个数。）
 
 # %%
 %ddp_stop

@@ -16,8 +16,23 @@
 # 这一课先完整运行一次确定性的训练循环，然后在第二次运行中途杀掉 rank 2，用 `%ddp_restart`
 # 把它恢复，再从最近的检查点继续训练。最终参数与不中断的运行完全相同，逐位一致。
 #
-# **You will see:** rank 2 lost on the dashboard, a restart, the run resumed from step 30, and
-# its loss curve matching the uninterrupted run step for step.
+# **You will see:** what a checkpoint holds, in plain torch; rank 2 lost on the dashboard while the
+# others' try/except catches nothing worth having; a restart, the run resumed from step 30, and its
+# loss curve matching the uninterrupted run step for step.
+
+# %% [markdown] lang=zh
+# # 第 10 课 · 用检查点实现容错
+#
+# **简而言之**：进程一多，迟早会有一个崩溃：某台机器出了故障，或者内存不足（OOM）机制挑中了某个
+# 进程把它杀掉。其余进程（rank）随后会卡在下一次 all-reduce 里，而这次运行保存在内存中的一切都
+# 丢失了。补救的办法是**检查点**：每隔几步保存模型、优化器状态和步数，并把训练循环写成可以从最近的
+# 检查点重新开始的样子。这一课先不间断地运行一次确定性的训练循环，然后在第二次运行的中途杀掉
+# rank 2，用 `%ddp_restart` 把它恢复，再从最近的检查点继续训练。最终的参数与从未中断的那次运行完全
+# 相同，逐位一致。
+#
+# **你将看到：** 用普通的 torch 代码看检查点里保存了什么；仪表盘上 rank 2 丢失，而其他 rank 的
+# try/except 捕获不到任何有用的东西；一次重启，从第 30 步恢复的运行，以及它的损失曲线与不中断的
+# 运行逐步吻合。
 
 # %%
 %load_ext ddplab
@@ -31,6 +46,11 @@ from ddplab.lessons import draw, say
 #
 # Checkpoints go in a temporary directory made here in the notebook. (On several machines it
 # would be storage that all of them can reach.)
+
+# %% [markdown] lang=zh
+# ## 一个可以恢复的训练循环
+#
+# 检查点保存在 notebook 这里创建的一个临时目录中。（在多台机器上，它应当是所有机器都能访问的存储。）
 
 # %%
 import os
@@ -64,11 +84,33 @@ ckpt_dir
 #    checksums after 60 steps differed in the 8th digit. (With 2 ranks they were equal: the order
 #    does not matter when there are only two values, `a+b == b+a`.)
 
+# %% [markdown] lang=zh
+# 训练循环是一个函数，就像 `torchrun` 会在每个 worker 上启动的训练脚本。我们在 notebook 中写好它，再用
+# `%ddp_push` 把它发送到每个 rank。某个 rank 调用它时，它使用的是该 rank 自己的名字（`rank`、
+# `world_size`、`torch`、`nn`、`ddplab`）。
+#
+# 有三点保证恢复后的运行从第一次运行停下的地方精确地继续：
+#
+# 1. **检查点保存了全部状态**：`ddplab.checkpoint.save(path, model, opt, step)` 保存参数、优化器状态
+#    （SGD 的动量缓冲区也是状态）和步数。rank 0 先写一个临时文件，再把它重命名、覆盖旧文件，所以保存
+#    过程中崩溃也会留下完整的上一个检查点。`ddplab.checkpoint.load` 在 rank 0 上读取文件并广播出去，
+#    这样每个 rank 都从同一个状态继续。
+# 2. **每一步的数据只取决于 (step, rank)**，而与这个进程之前已经跑了多少步无关，所以无论运行是从第 0
+#    步还是第 30 步开始，第 31 步拿到的都是同一个批次。（使用 `DistributedSampler` 时，要保存 epoch，
+#    并在恢复时调用 `set_epoch`。）
+# 3. **训练前先做一次预热的反向传播。** 在第一步，DDP 按 `model.parameters()` 的顺序把梯度放进用于
+#    all-reduce 的桶；从第二步起，它改用梯度实际就绪的顺序（正好相反）。all-reduce 把 4 个 rank 的值
+#    相加的顺序，取决于一个值在桶中的位置，而浮点加法不满足结合律：`(a+b)+(c+d)` 与 `((a+b)+c)+d`
+#    可能在最后一位上不同。如果没有预热，恢复后运行的第一步与不中断运行的同一步会以不同的顺序相加。
+#    我们用这个循环测过：没有预热时，60 步之后的校验和在第 8 位有效数字上出现了差异。（用 2 个 rank
+#    时两者相等：只有两个值时顺序无关紧要，`a+b == b+a`。）
+
 # %%
 def train(steps, path, resume=False, every=10):
     """Train for `steps` steps (on every rank), saving a checkpoint every `every` steps.
-    resume=True: start from the checkpoint at `path`. Returns the DDP model."""
+    resume=True: start from the checkpoint at `path`. Returns the DDP model and its optimizer."""
     from torch.nn.parallel import DistributedDataParallel as DDP
+    from ddplab.lessons import say                            # in rank code: speaks the pool's language
 
     torch.manual_seed(0)                                      # the same initial model on every rank
     model = DDP(nn.Sequential(nn.Linear(20, 64), nn.Tanh(), nn.Linear(64, 1)))
@@ -77,7 +119,7 @@ def train(steps, path, resume=False, every=10):
     opt.zero_grad()
     start = ddplab.checkpoint.load(path, model, opt) if resume else 0
     if resume:
-        print(f"resuming from the checkpoint of step {start}")
+        print(say(f"resuming from the checkpoint of step {start}", f"从第 {start} 步的检查点恢复"))
 
     for step in range(start, steps):
         g = torch.Generator().manual_seed(1000 * step + rank)  # this step's batch: depends on (step, rank) only
@@ -90,7 +132,7 @@ def train(steps, path, resume=False, every=10):
         ddplab.log(loss=loss, samples=len(x), step=step + 1)
         if (step + 1) % every == 0:
             ddplab.checkpoint.save(path, model, opt, step + 1)
-    return model
+    return model, opt
 
 # %%
 %ddp_push train ckpt_dir
@@ -98,16 +140,170 @@ def train(steps, path, resume=False, every=10):
 # %% [markdown]
 # ## 1. The reference: 60 steps, no interruption
 #
-# `param_checksum` sums all parameters into one number that changes if any parameter changes.
+# `param_checksum` sums all parameters into one number that changes if any parameter changes. The
+# momentum buffers, SGD's state, get a checksum too.
+
+# %% [markdown] lang=zh
+# ## 1. 参照：60 步，不中断
+#
+# `param_checksum` 把所有参数汇总成一个数，任何一个参数变了，这个数都会变。SGD 的状态，也就是
+# 动量缓冲区，也算一个校验和。
 
 # %%
 %%ddp
 import os
 from ddplab.workloads import param_checksum
+from ddplab.lessons import say
 
-model = train(60, os.path.join(ckpt_dir, "reference.pt"))
+model, opt = train(60, os.path.join(ckpt_dir, "reference.pt"))
 reference = param_checksum(model.module)
-print(f"after 60 steps: checksum {reference!r}")
+momentum = sum(float(s["momentum_buffer"].double().sum()) for s in opt.state.values())
+print(say(f"after 60 steps: parameter checksum {reference!r}, momentum checksum {momentum!r}",
+          f"60 步之后：参数校验和 {reference!r}，动量校验和 {momentum!r}"))
+
+# %%
+after_60 = %ddp_gather (reference, momentum)
+assert len(set(after_60)) == 1, after_60
+print(say(f"every rank holds the same parameters (checksum {after_60[0][0]!r}) and the same optimizer "
+          f"state (momentum checksum {after_60[0][1]!r})",
+          f"每个 rank 都持有相同的参数（校验和 {after_60[0][0]!r}）和相同的优化器状态"
+          f"（动量校验和 {after_60[0][1]!r}）"))
+
+# %% [markdown]
+# ## What a checkpoint holds, in plain torch
+#
+# `ddplab.checkpoint` is a few lines of plain torch (`ddplab/checkpoint.py`). `save(path, model,
+# opt, step)`, called on every rank, does this on rank 0:
+#
+# ```python
+# state = {"model": model.module.state_dict(),   # the module inside DDP: keys without "module."
+#          "optimizer": opt.state_dict(),         # SGD's momentum buffers (Adam: its moments, step)
+#          "step": step,
+#          "extra": {}}                           # any other keywords given to save()
+# tmp = f"{path}.tmp-{os.getpid()}"
+# with open(tmp, "wb") as f:
+#     torch.save(state, f)
+#     f.flush()
+#     os.fsync(f.fileno())                        # the bytes are on disk ...
+# os.replace(tmp, path)                           # ... before the rename, which is atomic
+# ```
+#
+# then every rank waits in `dist.barrier()` until the file is written. (It also creates the file
+# readable by its owner only, removes temporary files left by a save that was killed, and fsyncs the
+# folder so that the rename itself is durable.) `load(path, model, opt)` reads the file on rank 0
+# only, with `torch.load(path, map_location="cpu", weights_only=False)`, sends it to the other ranks
+# with `dist.broadcast_object_list`, and on every rank calls `model.module.load_state_dict(...)` and
+# `opt.load_state_dict(...)`; it returns the step.
+#
+# Random number generator states are **not** in it. This loop does not need them: each step's batch
+# comes from a generator seeded with (step, rank). A loop that shuffles data or uses dropout with
+# torch's global generator would also save every rank's `torch.get_rng_state()` (each rank has its
+# own), and restore it with `torch.set_rng_state`.
+#
+# `weights_only=True` (torch.load's default since torch 2.6) unpickles only tensors, numbers, strings
+# and plain containers, never arbitrary Python objects: use it for files you did not write yourself.
+# ddplab passes `False` because `extra` may hold any object. The reference run's checkpoint holds
+# only plain types, so the safe mode reads it. Rank 0 looks inside:
+
+# %% [markdown] lang=zh
+# ## 用普通的 torch 代码看检查点里有什么
+#
+# `ddplab.checkpoint` 只是几行普通的 torch 代码（`ddplab/checkpoint.py`）。`save(path, model, opt, step)`
+# 在每个 rank 上调用，而在 rank 0 上做的是：
+#
+# ```python
+# state = {"model": model.module.state_dict(),   # DDP 里面的模块：键不带 "module." 前缀
+#          "optimizer": opt.state_dict(),         # SGD 的动量缓冲区（Adam：它的一阶、二阶矩和步数）
+#          "step": step,
+#          "extra": {}}                           # 传给 save() 的其他关键字参数
+# tmp = f"{path}.tmp-{os.getpid()}"
+# with open(tmp, "wb") as f:
+#     torch.save(state, f)
+#     f.flush()
+#     os.fsync(f.fileno())                        # 先确保数据已经写到磁盘上……
+# os.replace(tmp, path)                           # ……再重命名，而重命名是原子操作
+# ```
+#
+# 然后每个 rank 都在 `dist.barrier()` 中等待，直到文件写完。（它还让文件只有所有者可读，删除被杀掉的
+# 保存过程遗留的临时文件，并对所在目录做 fsync，让重命名本身也持久生效。）`load(path, model, opt)` 只在
+# rank 0 上用 `torch.load(path, map_location="cpu", weights_only=False)` 读取文件，再用
+# `dist.broadcast_object_list` 发送给其他 rank，然后在每个 rank 上调用 `model.module.load_state_dict(...)`
+# 和 `opt.load_state_dict(...)`；它返回步数。
+#
+# 检查点里**没有**随机数生成器的状态。这个循环不需要它：每一步的批次都来自一个以 (step, rank) 为种子
+# 的生成器。如果训练循环用 torch 的全局生成器来打乱数据或做 dropout，就还要保存每个 rank 的
+# `torch.get_rng_state()`（每个 rank 各有一份），恢复时用 `torch.set_rng_state` 设置回去。
+#
+# `weights_only=True`（自 torch 2.6 起是 torch.load 的默认值）只反序列化张量、数字、字符串和普通容器，
+# 绝不还原任意的 Python 对象：读取不是你自己写的文件时，请使用它。ddplab 传入 `False`，是因为 `extra`
+# 里可能有任何对象。参照运行的检查点里只有普通类型，所以安全模式也能读取它。让 rank 0 看看里面：
+
+# %%
+%%ddp --ranks 0
+state = torch.load(os.path.join(ckpt_dir, "reference.pt"), map_location="cpu", weights_only=True)
+print(sorted(state), "step:", state["step"])
+print("model:", {name: tuple(t.shape) for name, t in state["model"].items()})
+print("optimizer:", sorted(state["optimizer"]), "momentum_buffer:",
+      [tuple(s["momentum_buffer"].shape) for s in state["optimizer"]["state"].values()])
+
+# %% [markdown]
+# **Why rank 0 alone may write it.** Under DDP every rank holds **identical** parameters and
+# **identical** optimizer state after every step: the ranks start from rank 0's parameters, receive
+# the same averaged gradients and apply the same update, so their momentum buffers are equal too.
+# The checksums printed after the reference run show it. So rank 0's copy is everyone's copy.
+#
+# That is **not** true of sharded training: FSDP (`fully_shard`) and ZeRO (`ZeroRedundancyOptimizer`,
+# DeepSpeed) give each rank a **different** slice of the parameters, gradients and optimizer state.
+# Rank 0's `state_dict()` would then hold only its own part, and a checkpoint written by rank 0 alone
+# would lose the rest. There, every rank saves its own shard with **`torch.distributed.checkpoint`**
+# (DCP), called on every rank:
+#
+# ```python
+# import torch.distributed.checkpoint as dcp
+# from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
+#
+# model_state, opt_state = get_state_dict(model, opt)          # this rank's shards
+# dcp.save({"model": model_state, "optim": opt_state}, checkpoint_id=folder)
+# ...
+# model_state, opt_state = get_state_dict(model, opt)          # the shapes to fill in
+# state = {"model": model_state, "optim": opt_state}
+# dcp.load(state, checkpoint_id=folder)                        # also onto a different number of ranks
+# set_state_dict(model, opt, model_state_dict=state["model"], optim_state_dict=state["optim"])
+# ```
+#
+# Or gather the whole state onto one rank first (`ZeroRedundancyOptimizer.consolidate_state_dict(to=0)`,
+# or `get_state_dict(..., options=StateDictOptions(full_state_dict=True, cpu_offload=True))`), which
+# works only while it fits in one process's memory. DCP also helps large models under DDP: it spreads
+# the writing of replicated tensors over the ranks, and `dcp.async_save` lets training go on while
+# the files are written.
+
+# %% [markdown] lang=zh
+# **为什么只由 rank 0 来写。** 在 DDP 下，每一步之后每个 rank 持有的参数**完全相同**，优化器状态也
+# **完全相同**：各 rank 从 rank 0 的参数出发，收到同样的平均梯度，做同样的更新，所以它们的动量缓冲区
+# 也相等。参照运行之后打印的校验和说明了这一点。所以 rank 0 的那一份就是每个 rank 的那一份。
+#
+# 对于分片训练，这**并不**成立：FSDP（`fully_shard`）和 ZeRO（`ZeroRedundancyOptimizer`、DeepSpeed）
+# 让每个 rank 持有参数、梯度和优化器状态中**各不相同**的一部分。这时 rank 0 的 `state_dict()` 只包含它
+# 自己的那一部分，只由 rank 0 写出的检查点会丢掉其余部分。这种情况下，每个 rank 都要用
+# **`torch.distributed.checkpoint`**（DCP）保存自己的分片，在每个 rank 上调用：
+#
+# ```python
+# import torch.distributed.checkpoint as dcp
+# from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
+#
+# model_state, opt_state = get_state_dict(model, opt)          # 这个 rank 的分片
+# dcp.save({"model": model_state, "optim": opt_state}, checkpoint_id=folder)
+# ...
+# model_state, opt_state = get_state_dict(model, opt)          # 提供要填充的形状
+# state = {"model": model_state, "optim": opt_state}
+# dcp.load(state, checkpoint_id=folder)                        # 也可以加载到不同数量的 rank 上
+# set_state_dict(model, opt, model_state_dict=state["model"], optim_state_dict=state["optim"])
+# ```
+#
+# 或者先把完整的状态收集到一个 rank 上（`ZeroRedundancyOptimizer.consolidate_state_dict(to=0)`，或
+# `get_state_dict(..., options=StateDictOptions(full_state_dict=True, cpu_offload=True))`），但这只在它
+# 放得进单个进程的内存时才可行。对于 DDP 下的大模型，DCP 同样有用：它把复制在各 rank 上的张量分摊给
+# 各 rank 去写，而 `dcp.async_save` 让训练在写文件的同时继续进行。
 
 # %% [markdown]
 # ## 2. The same run, and rank 2 dies at step 35
@@ -116,22 +312,58 @@ print(f"after 60 steps: checksum {reference!r}")
 # out-of-memory killer would) when it logs step 35. Checkpoints are saved at steps 10, 20 and 30;
 # the last one before the crash is step 30.
 
+# %% [markdown] lang=zh
+# ## 2. 同样的运行，rank 2 在第 35 步死掉
+#
+# `%ddp_fault kill 2 --at-step 35` 让 rank 2 的进程在记录第 35 步时杀掉自己（SIGKILL，就像内存不足
+# 机制会做的那样）。检查点在第 10、20、30 步保存；崩溃之前的最后一个检查点是第 30 步的。
+
 # %%
 %ddp_fault kill 2 --at-step 35
 
 # %% [markdown]
-# Run it. This cell fails, as it should. Watch the dashboard: rank 2 goes to *lost*, and ranks 0, 1
-# and 3, which were waiting for rank 2's gradients in the all-reduce of step 36, are stopped within
-# about a second, not after the group's timeout.
+# Run it. This time the training is wrapped in `try`/`except`, as if that could handle a failure:
+# a rank that catches an exception notes what it was, then tries one more collective on the same
+# group. This cell fails, as it should. Watch the dashboard: rank 2 goes to *lost*, and ranks 0, 1
+# and 3, which were waiting for rank 2's gradients in the all-reduce of step 36, get an error
+# within about a second, not after the group's timeout.
+
+# %% [markdown] lang=zh
+# 运行它。这一次训练被包在 `try`/`except` 里，仿佛这样就能处理故障：捕获到异常的 rank 记下异常的内容，
+# 然后在同一个进程组上再试一次集合通信。这个单元格会失败，这是预期之中的。注意看仪表盘：rank 2 变为
+# *丢失*，而 rank 0、1、3 正在第 36 步的 all-reduce 中等待 rank 2 的梯度，它们在大约一秒之内就收到
+# 错误，而不是等到进程组超时。
 
 # %% tags=["raises-exception"]
 %%ddp
+import time
+
+def said(exc):
+    """The exception's type and first two sentences (without gloo's source-file prefix)."""
+    text = str(exc).splitlines()[0].split("] ", 1)[-1]
+    return f"{type(exc).__name__}: {'. '.join(text.split('. ')[:2])}"
+
 path = os.path.join(ckpt_dir, "run.pt")
-model = train(60, path)
+caught = retried = None
+tic = time.perf_counter()
+try:
+    model, opt = train(60, path)
+except Exception as exc:                          # what a try/except around training catches
+    failed_after = time.perf_counter() - tic        # seconds into the cell
+    caught = said(exc)
+    try:
+        dist.all_reduce(torch.zeros(1))             # carry on with the same group?
+        retried = "worked"
+    except Exception as again:
+        retried = said(again)
 
 # %% [markdown]
-# `%ddp_status` shows the pool: rank 2's engine is gone (*lost*), the others *failed* in the cell
-# but are alive.
+# `%ddp_status` shows the pool: rank 2's engine is gone (*lost*). Ranks 0, 1 and 3 are alive and
+# even *done*: they caught the exception, so their cell ended without an error.
+
+# %% [markdown] lang=zh
+# `%ddp_status` 显示进程池的状态：rank 2 的引擎已经不在了（*丢失*）。rank 0、1、3 还活着，甚至处于
+# *完成*状态：它们捕获了异常，所以它们的单元格没有报错就结束了。
 
 # %%
 %ddp_status
@@ -144,19 +376,82 @@ model = train(60, path)
 # (their DDP `model`) cannot be used any more, but `train` builds a new one each time. Rank 2 is a
 # new process: it has nothing from before, not even `train`.
 
+# %% [markdown] lang=zh
+# ## 3. 重启丢失的 rank
+#
+# `%ddp_restart` 为 rank 2 启动一个新进程，并重新组建 gloo 进程组。rank 0、1、3 还是原来的进程，
+# 保留着它们的变量。与旧进程组绑定的对象（它们的 DDP `model`）不能再用了，不过 `train` 每次都会
+# 新建一个。rank 2 是一个新进程：之前的东西它一样也没有，连 `train` 都没有。
+
 # %%
 %ddp_restart
 
 # %%
 has_train = %ddp_gather "train" in globals()
 has_reference = %ddp_gather "reference" in globals()
-print("train defined on each rank:    ", has_train)
-print("reference defined on each rank:", has_reference)
+print(say("train defined on each rank:    ", "各 rank 上是否定义了 train：    "), has_train)
+print(say("reference defined on each rank:", "各 rank 上是否定义了 reference："), has_reference)
 assert has_train == [True, True, False, True] and has_reference == [True, True, False, True]
+
+# %% [markdown]
+# What did the `except` clauses catch? Ranks 0, 1 and 3 kept their variables:
+
+# %% [markdown] lang=zh
+# `except` 子句捕获到了什么？rank 0、1、3 保留着它们的变量：
+
+# %%
+caught = %ddp_gather globals().get("caught")
+retried = %ddp_gather globals().get("retried")
+failed_after = %ddp_gather globals().get("failed_after")
+h = %ddp_history
+for r in range(4):
+    if r == 2:
+        print(say("rank 2: nothing (SIGKILL ends a process without running any more Python)",
+                  "rank 2：什么也没有（SIGKILL 直接结束进程，不会再运行任何 Python 代码）"))
+        continue
+    rows = h.where(rank=r)
+    crashed = [row for row in rows if row["cell"] == max(row["cell"] for row in rows)]   # its last training cell
+    waited = failed_after[r] - max(row["time"] for row in crashed)     # from its last logged step to the error
+    print(say(f"rank {r}, {waited:.1f} s after its step {max(row['step'] for row in crashed)}, caught: {caught[r]}\n"
+              f"        then, on the same group: {retried[r]}",
+              f"rank {r} 在第 {max(row['step'] for row in crashed)} 步之后 {waited:.1f} 秒捕获到：{caught[r]}\n"
+              f"        然后在同一个进程组上再试：{retried[r]}"))
+assert caught[2] is None and all(caught[r] and retried[r] and retried[r] != "worked" for r in (0, 1, 3))
+
+# %% [markdown]
+# **A common claim / what actually happens.** A common claim: communication failures are handled by
+# wrapping the communication in `try`/`except`. What actually happens, in the run above: rank 2 could
+# catch nothing, since SIGKILL ends a process without running another line of Python. Ranks 0, 1 and
+# 3 did catch an exception, but only once their all-reduce of step 36 had failed, and the one more
+# collective each tried on the same group failed at once as well (both errors are printed above):
+# a process group that has lost a member is broken for good. Here the error came after the short
+# wait printed, long before any timeout, because the dead process's connections closed and ddplab
+# cuts the lost rank's links; a rank that hangs instead of dying, or a backend that does not notice
+# the loss, leaves the others blocked inside the collective until the group's timeout (`timeout=`
+# of `init_process_group`: 30 minutes by default in torch, 30 s in ddplab). Either way the `except`
+# clause has nothing to carry on with: rank 2's process and everything in its memory are gone, and
+# the step never finished. Recovery means what this lesson does next: start a new process for the
+# lost rank, form a new group, and resume every rank from the last checkpoint.
+
+# %% [markdown] lang=zh
+# **常见说法 / 实际情况。** 一种常见的说法是：把通信代码包在 `try`/`except` 里，就能处理通信故障。
+# 上面的运行中实际发生的是：rank 2 什么也捕获不到，因为 SIGKILL 直接结束进程，不会再运行任何一行
+# Python 代码。rank 0、1、3 确实捕获到了异常，但那是在它们第 36 步的 all-reduce 已经失败之后；而它们
+# 在同一个进程组上再试一次集合通信，也同样立即失败（两个错误都打印在上面）：一个失去了成员的进程组
+# 就此彻底损坏。这里的错误在打印出的短暂等待之后就到来，远早于任何超时，是因为死掉的进程的连接
+# 被关闭了，而且 ddplab 会切断丢失的 rank 的连接；如果某个 rank 不是死掉而是卡住，或者后端察觉不到
+# 成员的丢失，其他 rank 就会一直阻塞在集合通信里，直到进程组超时（`init_process_group` 的
+# `timeout=`：torch 默认 30 分钟，ddplab 中为 30 秒）。无论哪种情况，`except` 子句都没有可以继续下去的东西：rank 2 的进程以及它内存中的一切
+# 都已经没有了，那一步也永远没有完成。恢复意味着做这一课接下来要做的事：为丢失的 rank 启动一个新
+# 进程，组建一个新的进程组，让每个 rank 都从最近的检查点继续。
 
 # %% [markdown]
 # What survived on every rank is what was on disk: the checkpoint of step 30. Send `train` and
 # `ckpt_dir` to the ranks again (rank 2 needs them), and resume:
+
+# %% [markdown] lang=zh
+# 在每个 rank 上幸存下来的，是磁盘上的东西：第 30 步的检查点。再次把 `train` 和 `ckpt_dir` 发送给
+# 各 rank（rank 2 需要它们），然后恢复训练：
 
 # %%
 %ddp_push train ckpt_dir
@@ -165,28 +460,37 @@ assert has_train == [True, True, False, True] and has_reference == [True, True, 
 %%ddp
 import os
 from ddplab.workloads import param_checksum
+from ddplab.lessons import say                   # rank 2 is a new process: it needs its imports again
 
 path = os.path.join(ckpt_dir, "run.pt")
-model = train(60, path, resume=True)
+model, opt = train(60, path, resume=True)
 resumed = param_checksum(model.module)
-print(f"after 60 steps: checksum {resumed!r}")
+print(say(f"after 60 steps: checksum {resumed!r}", f"60 步之后：校验和 {resumed!r}"))
 
 # %% [markdown]
 # ## 4. The same result, bit for bit
 
+# %% [markdown] lang=zh
+# ## 4. 同样的结果，逐位一致
+
 # %%
 reference = %ddp_gather globals().get("reference")
 resumed = %ddp_gather resumed
-print("reference:", reference)
-print("resumed:  ", resumed)
+print(say("reference:", "参照：  "), reference)
+print(say("resumed:  ", "恢复后："), resumed)
 assert len(set(reference[:2] + reference[3:])) == 1      # rank 2's reference died with its process
 assert resumed == [reference[0]] * 4                     # exactly equal: ==, not approximately
-print("the resumed run ended with exactly the parameters of the run that never stopped")
+print(say("the resumed run ended with exactly the parameters of the run that never stopped",
+          "恢复后的运行最终得到的参数，与从未中断的运行完全相同"))
 
 # %% [markdown]
 # `%ddp_history` holds every step each rank logged. Rank 0 lived through the whole lesson, so its
 # history has all three runs: the reference, the run that crashed, and the resumed one. (Rank 2's
 # history started again with its new process.)
+
+# %% [markdown] lang=zh
+# `%ddp_history` 保存着每个 rank 记录的每一步。rank 0 经历了整节课，所以它的历史里有全部三次运行：
+# 参照运行、崩溃的运行，以及恢复后的运行。（rank 2 的历史随着它的新进程重新开始。）
 
 # %%
 h = %ddp_history
@@ -194,7 +498,9 @@ rows = h.where(rank=0)
 cells = sorted({row["cell"] for row in rows})             # rank 0's three training cells, in order
 runs = [{row["step"]: row["loss"] for row in rows if row["cell"] == c} for c in cells]
 reference_run, crashed_run, resumed_run = runs
-print(f"crashed run: steps {min(crashed_run)}-{max(crashed_run)}; resumed run: steps {min(resumed_run)}-{max(resumed_run)}")
+print(say(f"crashed run: steps {min(crashed_run)}-{max(crashed_run)}; "
+          f"resumed run: steps {min(resumed_run)}-{max(resumed_run)}",
+          f"崩溃的运行：第 {min(crashed_run)}-{max(crashed_run)} 步；恢复后的运行：第 {min(resumed_run)}-{max(resumed_run)} 步"))
 assert max(crashed_run) == 35 and min(resumed_run) == 31 and max(resumed_run) == 60
 assert all(crashed_run[s] == reference_run[s] for s in crashed_run)      # same losses, exactly
 assert all(resumed_run[s] == reference_run[s] for s in resumed_run)
@@ -205,6 +511,10 @@ assert all(resumed_run[s] == reference_run[s] for s in resumed_run)
 # there, one on top of the other). On the right, the difference from the uninterrupted run's loss at
 # every step: zero.
 
+# %% [markdown] lang=zh
+# 看图：左图中，崩溃的运行停在第 35 步，恢复后的运行从第 30 步的检查点之后重新开始，所以第 31-35 步
+# 被计算了两次（两条线在这一段完全相同，一条叠在另一条上）。右图是每一步与不中断运行的损失之差：零。
+
 # %%
 top = max(reference_run.values())
 draw.lines(None, panels=[
@@ -212,11 +522,11 @@ draw.lines(None, panels=[
                  say("crashed run", "崩溃的运行"): (list(crashed_run), list(crashed_run.values())),
                  say("last checkpoint (step 30)", "最近的检查点（第 30 步）"): ([30, 30], [0, top]),
                  say("killed: rank 2 (step 35)", "被杀：rank 2（第 35 步）"): ([35, 35], [0, top])},
-         xlabel=say("step", "步"), ylabel=say("loss (rank 0)", "损失（rank 0）"),
+         xlabel=say("step", "步数"), ylabel=say("loss (rank 0)", "损失（rank 0）"),
          title=say("Rank 2 killed at step 35, resumed from step 30", "rank 2 在第 35 步被杀，从第 30 步恢复")),
     dict(series={say("resumed run", "恢复的运行"): (list(resumed_run), [resumed_run[s] - reference_run[s] for s in resumed_run]),
                  say("crashed run", "崩溃的运行"): (list(crashed_run), [crashed_run[s] - reference_run[s] for s in crashed_run])},
-         xlabel=say("step", "步"), ylabel=say("loss − uninterrupted run's loss", "损失 − 不中断运行的损失"),
+         xlabel=say("step", "步数"), ylabel=say("loss − uninterrupted run's loss", "损失 − 不中断运行的损失"),
          title=say("Difference from the run that never stopped", "与不中断运行的差")),
 ])
 
@@ -229,6 +539,15 @@ draw.lines(None, panels=[
 # time, and every step since the last save is computed again (here steps 31-35).
 #
 # Clean up the checkpoints:
+
+# %% [markdown] lang=zh
+# 在真实的训练任务中，同样的模式可以大规模地使用。`torchrun --max-restarts=3`（弹性启动）在一个 worker
+# 死掉时重启**所有** worker，每个 worker 都从头再运行一遍脚本；脚本加载最新的检查点，正如这里的
+# `train(..., resume=True)` 所做的那样。ddplab 只重启丢失的 rank，但规则是一样的：崩溃之后你需要的一切，
+# 都必须在检查点里，而不能只存在于某个进程的内存中。多久保存一次是一种权衡：每次保存都要花时间，而
+# 上次保存之后的每一步都要重新计算（这里是第 31-35 步）。
+#
+# 清理检查点：
 
 # %%
 import shutil
@@ -256,6 +575,17 @@ shutil.rmtree(ckpt_dir)
 #    `ddplab.checkpoint.load(path, model)`。恢复后的结果还相同吗？为什么？（带动量的 SGD 保存了什么状态？）
 # 3. 改为杀掉 rank 0（`%ddp_fault kill 0 --at-step 35`）。rank 0 负责写检查点：第 30 步的检查点还完整吗？
 #    从它恢复训练。
+
+# %% [markdown] lang=zh
+# ## 练习
+#
+# 1. 删除 `train` 中的两行预热代码（`model(torch.zeros(1, 20))...` 以及它后面的 `opt.zero_grad()`），
+#    重新推送，再重复第 1-3 节。校验和还有几位一致？然后用 `%ddp_start 2` 再试一次。
+# 2. 只保存模型：`ddplab.checkpoint.save(path, model, None, step + 1)` 和
+#    `ddplab.checkpoint.load(path, model)`。恢复后的运行最终还相同吗？为什么不同？（带动量的 SGD
+#    保存了什么状态？）
+# 3. 改为杀掉 rank 0（`%ddp_fault kill 0 --at-step 35`）。rank 0 正是负责写检查点的 rank：第 30 步的
+#    检查点还完整吗？从它恢复训练。
 
 # %%
 %ddp_stop
