@@ -28,7 +28,11 @@ def lang():
     if rank is not None and rank._formed:
         return rank.lang_of_pool
     running = lab()
-    return running.config.lang if running is not None else "en"
+    if running is not None:
+        return running.config.lang
+    from ..config import tunables
+
+    return tunables().lang  # before %ddp_start: what the next pool will speak
 
 
 def say(en, zh):

@@ -10,16 +10,19 @@
 # accumulation. TensorFlow is not installed here; its code is shown, not run. The PyTorch side
 # runs live on the 4 ranks.
 #
-# **简介。** 本课程中的每个概念在 TensorFlow 2 的 `tf.distribute` 中都有对应。这一课把它们
-# 并排比较：进程如何启动并互相找到（torchrun 的环境变量与 `TF_CONFIG`）、DDP 与
-# `MirroredStrategy`（一个进程管一台机器上的所有 GPU）和 `MultiWorkerMirroredStrategy`
-# （每台机器一个进程，用集合通信做 all-reduce）、`DistributedSampler` 与 tf.data 的自动分片、
-# 每个副本的批大小与全局批大小、`strategy.reduce` 与 `dist.all_reduce`、检查点与重启，以及梯度累积。
-# 这里没有安装 TensorFlow：它的代码只展示、不运行；PyTorch 这一边在 4 个 rank 上实时运行。
+# **简介。** 本课程中的每个概念在 TensorFlow 2 的 `tf.distribute` 中都有对应。这一课把它们并排比较：进程如何启动并互相找到（torchrun 的环境变量与 `TF_CONFIG`）、DDP 与 `MirroredStrategy`（一个进程管一台机器上的所有 GPU）和 `MultiWorkerMirroredStrategy`（每台机器一个进程，用集合通信做 all-reduce）、`DistributedSampler` 与 tf.data 的自动分片、每个副本的批大小与全局批大小、`strategy.reduce` 与 `dist.all_reduce`、检查点与重启，以及梯度累积。这里没有安装 TensorFlow：它的代码只展示、不运行；PyTorch 这一边在 4 个 rank 上实时运行。
 #
 # **You will see:** each rank's torchrun environment next to the `TF_CONFIG` it would have, sharding and
-# batch sizes compared, `strategy.reduce(SUM/MEAN)` done with all-reduce (as a picture), and the two
-# conventions for scaling the loss giving the same gradients.
+# batch sizes compared, `strategy.reduce(SUM/MEAN)` done with all-reduce (as a picture), the two
+# conventions for scaling the loss giving the same gradients, and what the PyTorch convention does
+# to the gradients in a TensorFlow custom loop.
+
+# %% [markdown] lang=zh
+# # 第 12 课 · TensorFlow 中的对应概念
+#
+# **简而言之**：本课程中的每个概念，在 TensorFlow 2 的 `tf.distribute` 中都有对应物。这一课把它们并排比较：各个 worker 如何启动、如何互相找到（torchrun 的环境变量与 `TF_CONFIG`），DDP 与 `MirroredStrategy`（一个进程驱动一台机器上的所有 GPU）以及 `MultiWorkerMirroredStrategy`（每台机器一个进程，用集合通信做 all-reduce），`DistributedSampler` 与 tf.data 的自动分片，每个副本的批大小与全局批大小，`strategy.reduce` 与 `dist.all_reduce`，检查点与重启，以及梯度累积。这里没有安装 TensorFlow，它的代码只展示、不运行；PyTorch 这一边在 4 个进程（rank）上实时运行。
+#
+# **你将看到：** 每个 rank 的 torchrun 环境变量，以及它作为 TensorFlow worker 时会拿到的 `TF_CONFIG`；分片方式与批大小的对比；用 all-reduce 实现的 `strategy.reduce(SUM/MEAN)`（配图）；两种缩放损失的约定得到相同的梯度；以及把 PyTorch 的约定用在 TensorFlow 自定义循环中时，梯度会变成什么样。
 
 # %%
 %load_ext ddplab
@@ -61,7 +64,35 @@ from ddplab.lessons import draw, say
 #
 # ddplab needs neither: its ranks meet through a file in a private directory (a `FileStore`).
 # But each rank can show what torchrun would have given it, and the `TF_CONFIG` it would have as
-# one of 4 single-device workers:
+# one of 4 single-device workers. ([Lesson 13](13_cluster.ipynb) runs torchrun for real and prints
+# what each process gets.)
+
+# %% [markdown] lang=zh
+# ## 1. 启动 worker，并让它们互相找到
+#
+# <table>
+# <tr><th>PyTorch（torchrun）</th><th>TensorFlow 2（tf.distribute）</th></tr>
+# <tr><td><pre>
+# # 在每台机器上：
+# torchrun --nnodes=2 --nproc-per-node=2 \
+#     --rdzv-backend=c10d --rdzv-endpoint=host0:29500 train.py
+# # 在 train.py 中（每个进程）：
+# dist.init_process_group("gloo")   # 读取环境变量
+# rank = dist.get_rank()
+# </pre></td><td><pre>
+# # 每个 worker 进程，由你或集群管理器启动：
+# os.environ["TF_CONFIG"] = json.dumps({
+#     "cluster": {"worker": ["host0:12345", "host1:12345"]},
+#     "task": {"type": "worker", "index": 0}})
+# strategy = tf.distribute.MultiWorkerMirroredStrategy()
+# task = strategy.cluster_resolver.task_id
+# </pre></td></tr>
+# </table>
+#
+# - **torchrun** 为每个设备启动一个进程，并通过环境变量告诉每个进程它的位置：`RANK`、`WORLD_SIZE`、`LOCAL_RANK`、`LOCAL_WORLD_SIZE`，以及 `MASTER_ADDR`/`MASTER_PORT`，即各进程会合的**唯一**地址（一个键值存储）。各 rank 通过这个存储得知彼此的地址。
+# - **TensorFlow** 读取 `TF_CONFIG`：这是一个 JSON 字符串，包含**整个集群**（每个 worker 的 `host:port`，每个 worker 都在那里运行一个 gRPC 服务器）以及本进程自己的 `task`（类型和编号）。0 号 worker 同时是 *chief*：和 rank 0 一样，由它写检查点和摘要。每个 worker 运行同一个程序。
+#
+# ddplab 两者都不需要：它的各个 rank 通过私有目录中的一个文件（`FileStore`）会合。不过每个 rank 都可以展示 torchrun 本会给它什么，以及作为 4 个单设备 worker 之一时它会拿到的 `TF_CONFIG`。（[第 13 课](13_cluster.ipynb)会真正运行 torchrun，并打印每个进程拿到的内容。）
 
 # %%
 %%ddp
@@ -71,15 +102,17 @@ torchrun_env = {"RANK": rank, "WORLD_SIZE": world_size, "LOCAL_RANK": rank, "LOC
                 "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": 29500}
 tf_config = {"cluster": {"worker": [f"127.0.0.1:{12345 + r}" for r in range(world_size)]},
              "task": {"type": "worker", "index": rank}}
-print("torch.distributed:", dist.get_backend(), "rank", dist.get_rank(), "of", dist.get_world_size())
-print("torchrun would set:", " ".join(f"{k}={v}" for k, v in torchrun_env.items()))
-print("TF_CONFIG would be:", json.dumps(tf_config))
+print(f"dist.get_backend() = {dist.get_backend()!r}, dist.get_rank() = {dist.get_rank()}, "
+      f"dist.get_world_size() = {dist.get_world_size()}")
+print("torchrun ->", " ".join(f"{k}={v}" for k, v in torchrun_env.items()))
+print("TF_CONFIG ->", json.dumps(tf_config))
 
 # %%
 configs = %ddp_gather tf_config
 assert [c["task"]["index"] for c in configs] == [0, 1, 2, 3]
 assert all(c["cluster"] == configs[0]["cluster"] for c in configs)     # the same cluster, a different task
-print("every worker gets the same cluster list and its own task index (= its rank)")
+print(say("every worker gets the same cluster list and its own task index (= its rank)",
+          "每个 worker 拿到相同的集群列表，以及自己的 task 编号（= 它的 rank）"))
 
 # %% [markdown]
 # ## 2. One process per device, or one process for many devices
@@ -119,6 +152,41 @@ print("every worker gets the same cluster list and its own task index (= its ran
 # Python process runs the replicas of all GPUs of its machine: one process to start and watch,
 # and if it fails, all replicas of that machine fail with it.
 
+# %% [markdown] lang=zh
+# ## 2. 每个设备一个进程，还是一个进程管多个设备
+#
+# | | PyTorch | TensorFlow 2 |
+# |---|---|---|
+# | 单机多 GPU | `DistributedDataParallel`：**每个 GPU 一个进程**（`nn.DataParallel` 是一个进程、每个 GPU 一个线程，这是旧做法，而且更慢） | `tf.distribute.MirroredStrategy()`：**一个进程**驱动本机的所有 GPU；每个 GPU 一个副本，变量在每个 GPU 上都有镜像；all-reduce 由 `cross_device_ops` 完成（`NcclAllReduce`，GPU 上的默认选项；`HierarchicalCopyAllReduce`；`ReductionToOneDevice`） |
+# | 多台机器 | 还是 DDP，代码不变：所有机器上的 rank 同属一个进程组（GPU 上用 NCCL，CPU 上用 gloo） | `tf.distribute.MultiWorkerMirroredStrategy()`：**每台机器一个进程**（一个 *worker*），各自管理本机的副本；worker 之间用集合通信做 all-reduce |
+# | all-reduce 如何实现 | 由后端决定：`init_process_group("nccl" 或 "gloo")` | 把一个 `CommunicationOptions(implementation=...)`（来自 `tf.distribute.experimental`）作为 `communication_options` 传入：`RING`（TensorFlow 自己基于 gRPC 的环形集合通信）、`NCCL`（GPU）、`AUTO`（由 TensorFlow 选择）。`CollectiveCommunication` 是 `CommunicationImplementation` 的旧名字。 |
+# | 梯度桶 | `DDP(..., bucket_cap_mb=25)`（[第 11 课](11_communication.ipynb)） | `CommunicationOptions(bytes_per_pack=...)`（0 表示自动） |
+# | 副本数量 | `dist.get_world_size()` | `strategy.num_replicas_in_sync` |
+# | 我是哪个副本 | `dist.get_rank()` | `tf.distribute.get_replica_context().replica_id_in_sync_group`（在 `strategy.run` 内部） |
+#
+# 让模型变成分布式的方式也不同：
+#
+# <table>
+# <tr><th>PyTorch</th><th>TensorFlow 2</th></tr>
+# <tr><td><pre>
+# model = DDP(make_model())
+# opt = torch.optim.SGD(model.parameters(), lr=0.1)
+# for x, y in loader:
+#     opt.zero_grad()
+#     loss = loss_fn(model(x), y)
+#     loss.backward()    # 在这里做 all-reduce
+#     opt.step()
+# </pre></td><td><pre>
+# with strategy.scope():   # 在这里创建的变量都有镜像
+#     model = make_model()
+#     model.compile(optimizer="sgd", loss=loss_fn)
+# model.fit(dataset, epochs=3)  # 内部做 all-reduce
+# # 或者自定义循环：strategy.run(train_step, args=(batch,))
+# </pre></td></tr>
+# </table>
+#
+# 实际的区别在于：在 PyTorch 中，每个 rank 都是一个独立的 Python 进程，不论在一台还是多台机器上，所以 1 个 GPU、8 个 GPU 还是 8 台机器，代码都一样。使用 `MirroredStrategy` 时，一个 Python 进程运行本机所有 GPU 上的副本：要启动和照看的进程只有一个，但它一旦失败，这台机器上的所有副本都会随之失败。
+
 # %% [markdown]
 # ## 3. Data: sharding and the batch size
 #
@@ -134,6 +202,13 @@ print("every worker gets the same cluster list and its own task index (= its ran
 #
 # Without shuffling, `DistributedSampler` and `shard(N, index)` pick exactly the same elements:
 
+# %% [markdown] lang=zh
+# ## 3. 数据：分片与批大小
+#
+# **分片。** PyTorch：`DistributedSampler` 把样本 r、r+N、r+2N……分给 rank *r*（每个 epoch 用 `set_epoch` 重新打乱）。TensorFlow：`strategy.experimental_distribute_dataset(dataset)` 按照 `options.experimental_distribute.auto_shard_policy` 中的 `AutoShardPolicy` 把数据集分片给各个 worker：`FILE`（每个 worker 读取属于自己的输入文件）、`DATA`（每个 worker 读取全部数据，只保留每 N 个元素中的一个：`dataset.shard(N, index)`）、`AUTO`（默认值：能用 `FILE` 就用 `FILE`，否则用 `DATA`）、`HINT`，或者 `OFF`。使用 `strategy.distribute_datasets_from_function(fn)` 时，你用 `input_context.num_input_pipelines` 和 `input_context.input_pipeline_id` 自己分片，它们就相当于采样器中的 `num_replicas` 和 `rank`。
+#
+# 不打乱时，`DistributedSampler` 和 `shard(N, index)` 选出的元素完全相同：
+
 # %%
 %%ddp
 from torch.utils.data import DistributedSampler
@@ -146,7 +221,8 @@ print(f"DistributedSampler: {mine}   shard({world_size}, {rank}): {tf_shard}")
 mine = %ddp_gather mine
 tf_shard = %ddp_gather tf_shard
 assert mine == tf_shard and sorted(sum(mine, [])) == list(range(16))
-print("the same split, and together the ranks cover every element once")
+print(say("the same split, and together the ranks cover every element once",
+          "划分方式相同，而且所有 rank 合起来恰好把每个元素覆盖一次"))
 
 # %% [markdown]
 # **The batch size means different things.**
@@ -159,7 +235,21 @@ print("the same split, and together the ranks cover every element once")
 # | loss | mean over the local batch; DDP **averages** the gradients (sum ÷ N) | `tf.nn.compute_average_loss(per_example_loss, global_batch_size=64)`: sum ÷ global batch; the gradients are **summed** across replicas |
 #
 # The two loss conventions give the same gradients when every rank has a full batch. Check it
-# live: each rank computes its gradient both ways and all-reduces it both ways.
+# live: each rank computes its gradient both ways and all-reduces it both ways. It also tries a
+# third way, the PyTorch habit carried into a TensorFlow custom loop: the mean over the local batch,
+# with the gradients summed.
+
+# %% [markdown] lang=zh
+# **批大小的含义不同。**
+#
+# | | PyTorch DDP | TensorFlow `tf.distribute` |
+# |---|---|---|
+# | 你写的是 | 每个 rank 上的 `DataLoader(..., batch_size=16)` | `dataset.batch(64)`：**全局**批大小 |
+# | 每个副本拿到 | 16（每个副本的批大小） | 64 / `num_replicas_in_sync` = 16 |
+# | 全局批大小 | 16 × world size = 64 | 64 |
+# | 损失 | 对本地批次取平均；DDP 对梯度**求平均**（求和 ÷ N） | `tf.nn.compute_average_loss(per_example_loss, global_batch_size=64)`：求和 ÷ 全局批大小；梯度在各副本之间**求和** |
+#
+# 当每个 rank 的批次都是满的时，这两种损失约定得到相同的梯度。下面实际验证一下：每个 rank 用两种方式分别计算梯度，再用两种方式分别做 all-reduce。它还会试试第三种方式，也就是把 PyTorch 的习惯带进 TensorFlow 的自定义训练循环：对本地批次取平均，而梯度求和。
 
 # %%
 %%ddp
@@ -182,13 +272,37 @@ per_example = ((model(x) - y) ** 2).squeeze(1)
 tf_grad = model.weight.grad.clone()
 dist.all_reduce(tf_grad, op=dist.ReduceOp.SUM)
 
+# The PyTorch habit in a TensorFlow custom loop: mean over the LOCAL batch, then gradients SUMMED
+model.zero_grad()
+nn.functional.mse_loss(model(x), y).backward()
+habit_grad = model.weight.grad.clone()
+dist.all_reduce(habit_grad, op=dist.ReduceOp.SUM)
+
 same = torch.allclose(ddp_grad, tf_grad, atol=1e-6)
-print("same gradient both ways:", same)
+habit_ratio = (habit_grad.norm() / ddp_grad.norm()).item()
+print(f"torch.allclose(ddp_grad, tf_grad) = {same}   |habit_grad| / |ddp_grad| = {habit_ratio:.3f}")
 
 # %%
 same = %ddp_gather same
-assert same == [True] * 4
-print("mean-then-average (DDP) = sum-over-global-batch-then-sum (TensorFlow), on every rank")
+habit_ratio = %ddp_gather habit_ratio
+assert same == [True] * 4 and all(abs(r - 4) < 1e-3 for r in habit_ratio)
+print(say("mean-then-average (DDP) = sum-over-global-batch-then-sum (TensorFlow), on every rank",
+          "对本地批次取平均、再对梯度求平均（DDP）= 按全局批大小归一化、再对梯度求和（TensorFlow），每个 rank 上都成立"))
+print(say(f"the PyTorch habit with summed gradients: {habit_ratio[0]:.3f} times DDP's gradient, on {len(same)} ranks",
+          f"按 PyTorch 的习惯对本地批次取平均、再对梯度求和：得到的梯度是 DDP 的 {habit_ratio[0]:.3f} 倍（共 {len(same)} 个 rank）"))
+
+# %% [markdown]
+# **A common claim:** `MirroredStrategy` does what DDP does: it averages the replicas' gradients
+# with an all-reduce. **What actually happens:** the all-reduce *sums* them; the averaging is in the
+# loss, which is divided by the **global** batch (`tf.nn.compute_average_loss` in a custom loop;
+# Keras's `fit` scales its loss the same way by itself). The result is the same update as DDP's,
+# as the first check above shows. Divide by the local batch instead, as in PyTorch, and the
+# gradients are summed over the replicas unaveraged: the second line printed how many times too
+# large they came out, which is the number of replicas. With plain SGD that is a learning rate
+# that many times larger.
+
+# %% [markdown] lang=zh
+# **一个常见的说法：** `MirroredStrategy` 和 DDP 做的事一样：用 all-reduce 对各副本的梯度求平均。**实际情况是：** all-reduce 对梯度*求和*；求平均这一步放在损失里，损失除以的是**全局**批大小（在自定义循环中用 `tf.nn.compute_average_loss`；Keras 的 `fit` 会自动以同样的方式缩放损失）。结果与 DDP 的更新完全相同，正如上面第一项检查所示。如果像在 PyTorch 中那样除以本地批大小，梯度就会在各副本之间直接相加而没有取平均：上面打印的第二行给出了梯度因此被放大的倍数，正好等于副本数。对普通 SGD 来说，这相当于学习率也放大了这么多倍。
 
 # %% [markdown]
 # ## 4. Reductions: `strategy.reduce` and `dist.all_reduce`
@@ -215,13 +329,35 @@ print("mean-then-average (DDP) = sum-over-global-batch-then-sum (TensorFlow), on
 # on every rank. Inside `strategy.run`, `get_replica_context().all_reduce` is the exact
 # counterpart. Here each rank holds a "per-replica" loss and a sample count, and we reduce them:
 
+# %% [markdown] lang=zh
+# ## 4. 归约：`strategy.reduce` 与 `dist.all_reduce`
+#
+# <table>
+# <tr><th>PyTorch</th><th>TensorFlow 2</th></tr>
+# <tr><td><pre>
+# t = torch.tensor([local_loss])
+# dist.all_reduce(t, op=dist.ReduceOp.SUM)
+# # 就地完成，在每个 rank 上
+# dist.all_reduce(t, op=dist.ReduceOp.AVG)   # 平均值
+# </pre></td><td><pre>
+# per_replica = strategy.run(step, args=(batch,))
+# total = strategy.reduce(tf.distribute.ReduceOp.SUM, per_replica, axis=None)
+# mean = strategy.reduce(tf.distribute.ReduceOp.MEAN, per_replica, axis=None)
+# # 在副本函数内部：
+# ctx = tf.distribute.get_replica_context()
+# s = ctx.all_reduce(tf.distribute.ReduceOp.SUM, value)
+# </pre></td></tr>
+# </table>
+#
+# `strategy.reduce` 在副本之外调用（即“跨副本上下文”，cross-replica context），它把一个值**返回** 给程序。`dist.all_reduce` 由每个 rank 调用，结果**就地**留在每个 rank 上。在 `strategy.run` 内部，`get_replica_context().all_reduce` 才是与它完全对应的操作。下面每个 rank 持有一个“每副本”的损失和一个样本数，我们来对它们做归约：
+
 # %%
 %%ddp
 per_replica = torch.tensor([0.5 + rank, 16.0])        # (this replica's loss, its sample count)
 summed, averaged = per_replica.clone(), per_replica.clone()
 dist.all_reduce(summed, op=dist.ReduceOp.SUM)         # strategy.reduce(ReduceOp.SUM, ...)
 dist.all_reduce(averaged, op=dist.ReduceOp.AVG)       # strategy.reduce(ReduceOp.MEAN, ...)
-print(f"per replica {per_replica.tolist()} -> SUM {summed.tolist()}, MEAN {averaged.tolist()}")
+print(f"per_replica {per_replica.tolist()} -> SUM {summed.tolist()}, MEAN {averaged.tolist()}")
 
 # %%
 before = %ddp_gather per_replica
@@ -257,6 +393,24 @@ draw.collectives({"SUM": (before, summed), "MEAN (AVG)": (before, averaged)},
 # A small DDP run with a per-rank batch of 16, which is a global batch of 64: in TensorFlow,
 # `dataset.batch(64)` under `MultiWorkerMirroredStrategy` with 4 single-device workers. Watch the dashboard.
 
+# %% [markdown] lang=zh
+# ## 5. 检查点与重启
+#
+# | | PyTorch（以及 ddplab） | TensorFlow 2 |
+# |---|---|---|
+# | 保存 | `ddplab.checkpoint.save(path, model, opt, step)`：rank 0 写入，所有 rank 等待；在纯 PyTorch 中：`if rank == 0: torch.save(...)`，然后 `dist.barrier()` | `ckpt = tf.train.Checkpoint(model=model, optimizer=opt)`，`manager = tf.train.CheckpointManager(ckpt, directory, max_to_keep=3)`，`manager.save()`。有多个 worker 时，**所有** worker 都必须调用它（保存时可能要做 all-reduce）；chief 保存的才是正式的那一份，其他 worker 写到临时目录后再删掉（TensorFlow 多 worker 教程中的做法）。 |
+# | 加载 | `ddplab.checkpoint.load(path, model, opt)`：rank 0 读取并广播 | 在每个 worker 上执行 `ckpt.restore(manager.latest_checkpoint)` |
+# | 使用高层训练循环时 | （自己写循环，如[第 10 课](10_fault_tolerance.ipynb)） | `model.fit(..., callbacks=[tf.keras.callbacks.BackupAndRestore(backup_dir)])`：在每个 epoch 结束时（或每 `save_freq` 个批次）做备份；崩溃后再次启动 `fit` 时，从备份处继续 |
+# | 崩溃之后 | `torchrun --max-restarts=3` 重启所有 worker；你的脚本加载最新的检查点（[第 10 课](10_fault_tolerance.ipynb)；ddplab 的 `%ddp_restart` 只重启丢失的那个 rank） | 集群管理器（例如 Kubernetes）用相同的 `TF_CONFIG` 重启各个 worker；由 `BackupAndRestore` 或你自己的 `restore` 接着训练 |
+#
+# ## 6. 梯度累积
+#
+# PyTorch：前 k−1 个微批次在 `with model.no_sync(): loss.backward()` 中计算，然后做一次普通的 `backward()`，对累积的梯度之和做 all-reduce（[第 4 课](04_no_sync.ipynb)）。TensorFlow 没有 `no_sync`。在自定义循环中，`optimizer.apply_gradients` 默认会在各副本之间对梯度做 all-reduce（求和），所以要做梯度累积，就把 k 步的梯度加到每个副本各自的变量里，每 k 步才调用一次 `apply_gradients`：每 k 步一次 all-reduce，与 `no_sync` 相同。Keras 3 的优化器还接受 `gradient_accumulation_steps=k` 参数，每 k 步才更新一次权重。
+#
+# ## 7. 同样的训练，实时运行
+#
+# 一次小规模的 DDP 训练，每个 rank 的批大小是 16，也就是全局批大小 64：在 TensorFlow 中，这相当于在有 4 个单设备 worker 的 `MultiWorkerMirroredStrategy` 下使用 `dataset.batch(64)`。请留意仪表盘。
+
 # %%
 %%ddp
 from torch.nn.parallel import DistributedDataParallel as DDP
@@ -279,13 +433,14 @@ for epoch in range(2):                                             # ~ model.fit
         ddplab.log(loss=loss, samples=len(x))
 steps = len(loader) * 2
 spread = param_spread(model)
-print(f"{steps} steps of 16 samples per rank; parameters identical: {spread == 0.0}")
+print(f"steps = {steps}, len(x) = 16, param_spread(model) = {spread}")
 
 # %%
 steps = %ddp_gather steps
 spread = %ddp_gather spread
 assert steps == [128] * 4 and spread == [0.0] * 4
-print("4 ranks × 16 = a global batch of 64; 4096 samples / 64 = 64 steps per epoch; identical parameters")
+print(say("4 ranks × 16 = a global batch of 64; 4096 samples / 64 = 64 steps per epoch; identical parameters",
+          "4 个 rank × 16 = 全局批大小 64；4096 个样本 / 64 = 每个 epoch 64 步；各 rank 参数完全相同"))
 
 # %% [markdown]
 # ## Exercises
@@ -301,12 +456,16 @@ print("4 ranks × 16 = a global batch of 64; 4096 samples / 64 = 64 steps per ep
 #
 # ## 练习
 #
-# 1. 两台机器，各有 2 个 GPU。torchrun 会启动几个进程？它们的 `RANK` 和 `LOCAL_RANK` 分别是什么？
-#    使用 `MultiWorkerMirroredStrategy` 时，`TF_CONFIG` 中有几个 worker？`strategy.num_replicas_in_sync` 是多少？
-# 2. 在第 3 节计算损失的单元格里，让 rank 3 只有 10 个样本而不是 16 个。两种约定的结果还一致吗？
-#    哪一种给出的是所有样本上真正的平均值？
-# 3. 当各副本的批大小不同时，对各副本*平均*损失做 `strategy.reduce(MEAN, ...)` 得到的并不是每个样本的平均损失。
-#    像第 4 节那样，对 `(损失之和, 样本数)` 做一次 `all_reduce`，算出正确的全局平均值。
+# 1. 两台机器，各有 2 个 GPU。torchrun 会启动几个进程？它们的 `RANK` 和 `LOCAL_RANK` 分别是什么？使用 `MultiWorkerMirroredStrategy` 时，`TF_CONFIG` 中有几个 worker？`strategy.num_replicas_in_sync` 是多少？
+# 2. 在第 3 节计算损失的单元格里，让 rank 3 只有 10 个样本而不是 16 个。两种约定的结果还一致吗？哪一种给出的是所有样本上真正的平均值？
+# 3. 当各副本的批大小不同时，对各副本*平均*损失做 `strategy.reduce(MEAN, ...)` 得到的并不是每个样本的平均损失。像第 4 节那样，对 `(损失之和, 样本数)` 做一次 `all_reduce`，算出正确的全局平均值。
+
+# %% [markdown] lang=zh
+# ## 练习
+#
+# 1. 两台机器，各有 2 个 GPU。torchrun 会启动几个进程？它们的 `RANK` 和 `LOCAL_RANK` 分别是什么？使用 `MultiWorkerMirroredStrategy` 时，`TF_CONFIG` 中有几个 worker？`strategy.num_replicas_in_sync` 是多少？
+# 2. 在第 3 节计算损失的单元格里，让 rank 3 只有 10 个样本而不是 16 个。两种约定的结果还一致吗？哪一种给出的是所有样本上真正的平均值？
+# 3. 当各副本的批大小不同时，对各副本*平均*损失做 `strategy.reduce(MEAN, ...)` 得到的并不是每个样本的平均损失。像第 4 节那样，对 `(损失之和, 样本数)` 做一次 `all_reduce`，算出正确的全局平均值。
 
 # %%
 %ddp_stop

@@ -5,22 +5,30 @@
 # and the same code runs there: ipyparallel starts engines on the hosts (by SSH, MPI or a Slurm job,
 # or you start `ipengine` by hand), and `%ddp_start --connect` makes every engine a rank of one gloo
 # group. Here you attach to 4 hosts, see what changes (each rank's own address and interface, the
-# rendezvous, a host that is lost), and then turn the notebook into a script that `torchrun` runs,
-# ending with the same losses, digit for digit.
+# rendezvous, a host that is lost), and then leave the lab: you see what `torchrun` gives every
+# process it starts (the environment `init_process_group` reads), and turn the notebook into a
+# script that `torchrun` runs, ending with the same losses, digit for digit.
 #
-# **简介。** 到目前为止，所有 rank 都在本机上运行。在集群上，每台主机都有自己的 CPU 核心，
-# 而同样的代码可以照样运行：ipyparallel 在各台主机上启动引擎（通过 SSH、MPI 或 Slurm 作业，
-# 或者你亲手运行 `ipengine`），`%ddp_start --connect` 把每个引擎变成同一个 gloo 进程组里的一个
-# rank。本课连接到 4 台主机，看看有什么不同（每个 rank 有自己的地址和网卡、集合点
-# rendezvous、一台主机失联），然后把 notebook 变成一个 `torchrun` 能运行的脚本，最后得到的
-# 损失逐位相同。
+# **简介。** 到目前为止，所有 rank 都在本机上运行。在集群上，每台主机都有自己的 CPU 核心，而同样的代码可以照样运行：ipyparallel 在各台主机上启动引擎（通过 SSH、MPI 或 Slurm 作业，或者你亲手运行 `ipengine`），`%ddp_start --connect` 把每个引擎变成同一个 gloo 进程组里的一个 rank。本课连接到 4 台主机，看看有什么不同（每个 rank 有自己的地址和网卡、集合点 rendezvous、一台主机失联）；然后离开 ddplab：看 `torchrun` 给它启动的每个进程准备了什么（`init_process_group` 读取的环境变量），再把 notebook 变成一个 `torchrun` 能运行的脚本，最后得到的损失逐位相同。
 #
 # **You will see:** 4 hosts and the ranks on them, an all-reduce across hosts, a host lost and
-# the group formed again on the 3 left, and the notebook's training run again by `torchrun`.
+# the group formed again on the 3 left, the environment torchrun sets for each of 4 processes, and
+# the notebook's training run again by `torchrun`.
+
+# %% [markdown] lang=zh
+# # 第 13 课 · 从 notebook 到集群
+#
+# **简而言之**：到目前为止，所有进程（rank）都在本机上运行。在集群上，每台主机都有自己的 CPU 核心，而同样的代码照样可以在那里运行：ipyparallel 在各台主机上启动引擎（通过 SSH、MPI 或 Slurm 作业，或者由你亲手运行 `ipengine`），`%ddp_start --connect` 把每个引擎变成同一个 gloo 进程组中的一个 rank。本课连接到 4 台主机，看看有哪些变化（每个 rank 有自己的地址和网卡、集合点 rendezvous、一台主机失联）；然后离开 ddplab：看看 `torchrun` 为它启动的每个进程准备了什么（也就是 `init_process_group` 读取的环境变量），再把 notebook 变成一个由 `torchrun` 运行的脚本，最后得到的损失逐位相同。
+#
+# **你将看到：** 4 台主机及其上的 rank，一次跨主机的 all-reduce，一台主机失联后在剩下的 3 台上重新组成进程组，`torchrun` 为 4 个进程分别设置的环境变量，以及由 `torchrun` 重新运行的 notebook 训练。
 
 # %%
 %load_ext ddplab
+import json
+import os
 import re
+import signal
+import subprocess
 import sys
 import tempfile
 
@@ -44,15 +52,30 @@ from ddplab.lessons.hosts import hosts_or_local
 # Without root (or on a Mac), the same cell starts 4 engines on this machine instead, and the lesson
 # runs the same way, but every rank has the same host and address.
 
+# %% [markdown] lang=zh
+# ## 四台主机
+#
+# 真正的集群需要真正的机器。这里在 Linux 上以 root 身份运行，每台“主机”都是一个**网络命名空间**（network namespace）：它有自己的网络接口、网桥上自己的地址（10.77.0.11 到 .14）、自己的主机名（h1 到 h4），而且和许多集群节点一样，没有能应答的 DNS。一个 ipyparallel 控制器在网桥上（10.77.0.1）监听，每台主机上运行一个 `ipengine`，启动方式与在真实主机上手动启动完全相同：
+#
+# ```
+# ipcontroller --ip=10.77.0.1                                   # 在头节点上
+# ipengine --file=~/.ipython/profile_default/security/ipcontroller-engine.json   # 在每台主机上
+# ```
+#
+# 如果没有 root 权限（或者在 Mac 上），同一个单元格会改为在本机上启动 4 个引擎，课程照样进行，只是每个 rank 的主机和地址都相同。
+
 # %%
 hosts = hosts_or_local(4)
-print(f"4 hosts as {hosts.kind}; the controller's connection file: {hosts.client_file}")
+hosts.client_file        # the controller's connection file, the one ipyparallel.Client reads
 
 # %% [markdown]
 # `%ddp_start --connect` attaches to the engines of that controller, through the same
 # `ipcontroller-client.json` that `ipyparallel.Client` reads. `4` waits until 4 engines have
 # registered. Every engine becomes a rank, ordered by host, then engine id. (`%ddp_start --profile
 # NAME` attaches to the cluster that `ipcluster start --profile NAME` made; see the README.)
+
+# %% [markdown] lang=zh
+# `%ddp_start --connect` 通过 `ipyparallel.Client` 读取的同一个 `ipcontroller-client.json`，连接到这个控制器的引擎。`4` 表示等到 4 个引擎都注册之后再继续。每个引擎成为一个 rank，先按主机、再按引擎编号排序。（`%ddp_start --profile NAME` 连接到 `ipcluster start --profile NAME` 创建的集群；详见 [README](../../README.md)。）
 
 # %%
 %ddp_start 4 --connect {hosts.client_file} --threads 1
@@ -64,17 +87,26 @@ print(f"4 hosts as {hosts.kind}; the controller's connection file: {hosts.client
 # with several networks (these have a second one, `mgmt0`) uses the right one. `%ddp_status`
 # shows it:
 
+# %% [markdown] lang=zh
+# 在组建进程组之前，ddplab 先问每个引擎它在哪里：它的哪个地址能到达控制器（看数据包实际走的路由，不做任何名字解析，不管它的主机名解析成什么），经由哪个网络接口。随后每个 rank 把 gloo 固定在那个接口上（`GLOO_SOCKET_IFNAME`），这样有多个网络的主机（这些主机还有第二个网络 `mgmt0`）也会用对网络。`%ddp_status` 会显示这些信息：
+
 # %%
 %ddp_status
 
 # %%
-controller = f"controller {hosts.controller_address}"
-draw.hosts(lab().status(), controller, title=say("4 hosts, one rank each", "4 台主机，每台一个 rank"))
+controller = say(f"controller {hosts.controller_address}", f"控制器 {hosts.controller_address}")
+kind = say(hosts.kind, "网络命名空间" if hosts.kind == "network namespaces" else "本机上的引擎")
+draw.hosts(lab().status(), controller, title=say(f"4 hosts ({kind}), one rank each", f"4 台主机（{kind}），每台一个 rank"))
 
 # %% [markdown]
 # ## The same code, across hosts
 #
 # A cell runs on every rank as before. Each rank prints its hostname and the interface gloo uses:
+
+# %% [markdown] lang=zh
+# ## 同样的代码，跨主机运行
+#
+# 单元格照旧在每个 rank 上运行。每个 rank 打印自己的主机名和 gloo 使用的网络接口：
 
 # %%
 %%ddp
@@ -94,16 +126,21 @@ print(socket.gethostname(), os.environ.get("GLOO_SOCKET_IFNAME"), t.item())
 #
 # DDP works as on one machine: every rank ends with the same parameters.
 
+# %% [markdown] lang=zh
+# **集合点（rendezvous）。** 为了组建进程组，各 rank 先通过一个键值存储（store）交换各自的 gloo 地址。`torchrun` 和 `init_process_group("tcp://...")` 使用 torch 在 rank 0 上的 `TCPStore`：任何能连上它端口的人它都接受，而且每个客户端在连接时都会反查自己地址对应的名字。在 DNS 不应答的地方（这些主机，以及许多集群节点），每次反查都要等 10 秒：在这里，4 台主机用了 13 到 20 秒才组成进程组。ddplab 的 rank 0 则运行一个自己的小型 store，只监听自己的地址，用进程池的密钥给每条消息签名，并且不做任何名字解析：上面的进程组在不到一秒内就组建好了。
+#
+# DDP 的表现与单机上一样：每个 rank 最后的参数都完全相同。
+
 # %%
 %%ddp
 from ddplab.workloads import train_ddp
 summary = train_ddp(steps=60)
-print(f"{socket.gethostname()}: loss {summary['loss']:.4f}, {summary['samples_per_s']:.0f} samples/s")
+print(f"{socket.gethostname()}: loss={summary['loss']:.4f} samples_per_s={summary['samples_per_s']:.0f}")
 
 # %%
 summaries = %ddp_gather summary
 assert len({s["checksum"] for s in summaries}) == 1   # identical parameters on every host
-print("parameters identical on every host:", len({s["checksum"] for s in summaries}) == 1)
+print(say("parameters identical on every host:", "每台主机上的参数完全相同："), len({s["checksum"] for s in summaries}) == 1)
 
 # %% [markdown]
 # ## A host is lost
@@ -113,6 +150,11 @@ print("parameters identical on every host:", len({s["checksum"] for s in summari
 # rank all-reduces. The other ranks' connections to it break; the controller stops hearing the
 # engine (ipyparallel's heartbeat); ddplab names the rank and its host, and gives you the notebook
 # back within seconds.
+
+# %% [markdown] lang=zh
+# ## 一台主机失联
+#
+# 在集群上，一台主机可能在运行途中出故障。这里，在下一个单元格开始一秒后，rank 2 所在的主机消失了：它的引擎和引擎的守护进程（nanny）同时被杀死，不留任何告别，而此时每个 rank 都在做 all-reduce。其他 rank 与它的连接断开；控制器不再收到这个引擎的消息（ipyparallel 的心跳）；ddplab 指出是哪个 rank、在哪台主机上，并在几秒内把 notebook 交还给你。
 
 # %%
 import threading
@@ -137,6 +179,9 @@ draw.hosts(lab().status(), controller, lost=[lost_row["host"]],
 # says so). `%ddp_stop` leaves the group and the engines keep running; `%ddp_start --connect`
 # again makes a group of the 3 that are left:
 
+# %% [markdown] lang=zh
+# 这些引擎不是 ddplab 启动的，所以它无法在失联的主机上启动新引擎（`%ddp_restart` 会这样告诉你）。`%ddp_stop` 退出进程组，引擎继续运行；再次执行 `%ddp_start --connect`，就用剩下的 3 个引擎组成一个进程组：
+
 # %%
 %ddp_stop
 
@@ -154,6 +199,9 @@ print(socket.gethostname(), t.item())
 # `%ddp_stop --shutdown` stops the engines and their controller too (as `ipcluster stop` would).
 # Then the 4 hosts are taken down.
 
+# %% [markdown] lang=zh
+# `%ddp_stop --shutdown` 还会停止这些引擎及其控制器（就像 `ipcluster stop` 那样）。然后拆除这 4 台主机。
+
 # %%
 %ddp_stop --shutdown
 hosts.down()
@@ -162,12 +210,47 @@ hosts.down()
 # ## The same job outside the lab: torchrun
 #
 # On a cluster you usually run a script, not a notebook: `torchrun` starts one process per rank on
-# each host and sets its environment (`RANK`, `WORLD_SIZE`, `MASTER_ADDR`, `MASTER_PORT`), from
-# which `init_process_group` forms the group. `%ddp_export PATH` writes the `%%ddp` cells that ran
-# successfully, in order, as such a script. Here is a deterministic training on a local pool of 2:
+# each host and gives each process its place in environment variables, from which
+# `init_process_group` forms the group. `%ddp_export PATH` writes the `%%ddp` cells that ran
+# successfully, in order, as such a script. Here is a deterministic training on a local pool of 4,
+# which torchrun will then run again.
+
+# %% [markdown] lang=zh
+# ## 离开 ddplab 运行同一个作业：torchrun
+#
+# 在集群上，通常运行的是脚本而不是 notebook：`torchrun` 在每台主机上为每个 rank 启动一个进程，并通过环境变量告诉每个进程它所处的位置，`init_process_group` 再根据这些变量组建进程组。`%ddp_export PATH` 把成功运行过的 `%%ddp` 单元格按顺序写成这样一个脚本。下面在一个 4 个 rank 的本地进程池上做一次确定性训练，随后再由 torchrun 把它重新运行一遍。
 
 # %%
-%ddp_start 2
+%ddp_start 4
+
+# %% [markdown]
+# First each rank shows how it was started: which of torchrun's variables it has, and the result
+# of one all-reduce of its rank + 1.
+
+# %% [markdown] lang=zh
+# 首先，每个 rank 展示自己是如何启动的：它有哪些 torchrun 的环境变量，以及对自己的 rank + 1 做一次 all-reduce 的结果。
+
+# %%
+%%ddp
+import json, os
+names = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK", "GROUP_WORLD_SIZE",
+         "MASTER_ADDR", "MASTER_PORT", "TORCHELASTIC_RUN_ID", "TORCHELASTIC_RESTART_COUNT", "OMP_NUM_THREADS")
+started_with = {k: os.environ[k] for k in names if k in os.environ}
+t = torch.tensor([rank + 1.0])
+dist.all_reduce(t)                       # 1 + 2 + 3 + 4 on every rank
+print(json.dumps({"pid": os.getpid(), "env": started_with, "all_reduce": t.item()}))
+
+# %%
+in_notebook = %ddp_gather started_with
+assert all(set(env) <= {"OMP_NUM_THREADS"} for env in in_notebook)
+
+# %% [markdown]
+# In the notebook the ranks have none of them but `OMP_NUM_THREADS` (ddplab sets each rank's
+# threads): ddplab formed their group through a `FileStore` in the pool's private directory, not
+# from the environment. Now the training:
+
+# %% [markdown] lang=zh
+# 在 notebook 里，各 rank 除了 `OMP_NUM_THREADS`（ddplab 用它设置每个 rank 的线程数）之外，一个也没有：ddplab 是通过进程池私有目录中的一个 `FileStore` 组建进程组的，而不是根据环境变量。接下来是训练：
 
 # %%
 %%ddp
@@ -191,31 +274,140 @@ for epoch in range(3):
         loss.backward()
         opt.step()
         ddplab.log(loss=loss, samples=len(x))
-print(f"rank {rank} final loss {loss.item()!r}")
+print(f"rank={rank} loss={loss.item()!r}")
 
 # %%
 script = tempfile.mkdtemp(prefix="ddplab-lesson13-") + "/train.py"
 %ddp_export {script}
-print(open(script).read()[:900])
+text = open(script).read()
+print(text[:text.index("# --- cell 2")].rstrip())        # the script's start and its first cell
 
 # %% [markdown]
 # The script forms the group from torchrun's environment, defines `rank`, `world_size`, `torch`,
 # `dist`, `nn` and `ddplab` as the notebook's ranks had them (`ddplab.log` keeps its points in
-# memory), and sets the same threads per rank. Run it, from the notebook, with torchrun:
+# memory), and sets the same threads per rank.
+#
+# **What torchrun gives each process.** The script starts with `dist.init_process_group("gloo")`:
+# no address, no rank, no world size. With no `init_method`, `init_process_group` takes all of
+# them from environment variables (the `env://` method). Run it with 4 processes, as
+# `torchrun --standalone --nproc_per_node 4 train.py` would in a terminal (`--standalone`: one
+# machine; torchrun finds a free port for the processes to meet at). From the notebook, `torchrun`
+# is `python -m torch.distributed.run` with the notebook's own Python, which is what the `torchrun`
+# command runs. `launch` waits for it at most 120 s, and past that ends it and every process it
+# started.
+
+# %% [markdown] lang=zh
+# 这个脚本根据 torchrun 设置的环境变量组建进程组，像 notebook 里的各个 rank 一样定义好 `rank`、`world_size`、`torch`、`dist`、`nn` 和 `ddplab`（`ddplab.log` 把数据点保存在内存中），并为每个 rank 设置相同的线程数。
+#
+# **torchrun 给了每个进程什么。** 脚本以 `dist.init_process_group("gloo")` 开头：没有地址，没有 rank，也没有 world size。不指定 `init_method` 时，`init_process_group` 从环境变量中读取所有这些信息（即 `env://` 方式）。用 4 个进程运行它，相当于在终端里执行 `torchrun --standalone --nproc_per_node 4 train.py`（`--standalone` 表示单机运行；torchrun 自己找一个空闲端口，作为各进程的会合点）。在 notebook 里，`torchrun` 就是用 notebook 自己的 Python 执行 `python -m torch.distributed.run`，这正是 `torchrun` 命令实际运行的东西。`launch` 最多等它 120 秒，超时就结束它以及它启动的所有进程。
 
 # %%
-notebook_losses = {int(r): v for r, v in re.findall(r"rank (\d) final loss ([-+0-9.e]+)", "".join(lab().last_result.stdout))}
-run = !{sys.executable} -m torch.distributed.run --standalone --nproc_per_node 2 {script}
-script_losses = {int(r): v for r, v in re.findall(r"rank (\d) final loss ([-+0-9.e]+)", "\n".join(run))}
-print("notebook:", notebook_losses)
-print("torchrun:", script_losses)
-assert script_losses == notebook_losses and len(notebook_losses) == 2   # every digit
+torchrun = [sys.executable, "-m", "torch.distributed.run"]     # what the torchrun command runs
+
+
+def launch(*command, env=None, timeout=120):
+    """Run a command as a terminal would; past `timeout` s end it and every process it started."""
+    p = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                         start_new_session=True)
+    try:
+        out, err = p.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(p.pid, signal.SIGKILL)
+        p.communicate()
+        raise
+    return p.returncode, out, err
+
+
+code, out, err = launch(*torchrun, "--standalone", "--nproc_per_node", "4", script)
+assert code == 0, err[-3000:]
+found = [json.JSONDecoder().raw_decode(out, m.start())[0] for m in re.finditer(r'\{"pid"', out)]
+procs = sorted(found, key=lambda p: int(p["env"]["RANK"]))     # (4 processes' lines may run together)
+shown = ["RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK", "MASTER_ADDR", "MASTER_PORT"]
+print("pid      " + "  ".join(shown) + "  all_reduce")
+for p in procs:
+    print(f"{p['pid']:<8} " + "  ".join(f"{p['env'].get(k, '-'):<{len(k)}}" for k in shown) + f"  {p['all_reduce']}")
+run_ids = {p["env"]["TORCHELASTIC_RUN_ID"] for p in procs}
+print(say("TORCHELASTIC_RUN_ID, the same in every process:", "TORCHELASTIC_RUN_ID，每个进程都相同："), *run_ids)
+omp = procs[0]["env"].get("OMP_NUM_THREADS")
+if omp and "OMP_NUM_THREADS" not in os.environ:
+    print(say(f"OMP_NUM_THREADS={omp}: torchrun set it, as it does when it is not set, so that {len(procs)} processes "
+              "do not each start a thread per core (ddplab gives each rank its share for the same reason)",
+              f"OMP_NUM_THREADS={omp}：这是 torchrun 设置的，没有设置时它总会这样做，免得 {len(procs)} 个进程各自"
+              "为每个核心启动一个线程（ddplab 出于同样的原因只给每个 rank 分配它那一份核心）"))
+assert [p["env"]["RANK"] for p in procs] == ["0", "1", "2", "3"] and len(run_ids) == 1
+assert [p["all_reduce"] for p in procs] == [10.0] * 4        # 1 + 2 + 3 + 4, as in the notebook
+
+# %% [markdown]
+# Each row is one process, as it printed itself:
+#
+# - `RANK` and `WORLD_SIZE`: its place in the whole job and the job's size, what
+#   `dist.get_rank()` and `dist.get_world_size()` return.
+# - `LOCAL_RANK` and `LOCAL_WORLD_SIZE`: its place among the processes on its own host, and how
+#   many run there. On one host they equal `RANK` and `WORLD_SIZE`; on 2 hosts of 4 processes, the
+#   second host's processes have `RANK` 4 to 7 and `LOCAL_RANK` 0 to 3. On a GPU machine
+#   `LOCAL_RANK` picks the process's GPU (`torch.cuda.set_device(local_rank)`).
+# - `GROUP_RANK`: the number of its host (its torchrun) in the job, one of `GROUP_WORLD_SIZE`.
+# - `MASTER_ADDR` and `MASTER_PORT`: where the key-value store is through which the processes
+#   exchange their addresses (the rendezvous above), the same for all of them.
+# - `TORCHELASTIC_RUN_ID`: the job's id (`--rdzv-id`; `--standalone` makes a random one); only
+#   processes of the same job meet. `TORCHELASTIC_RESTART_COUNT` counts torchrun's restarts of
+#   the workers (`--max-restarts`, lesson 10).
+#
+# Started by hand, with no torchrun, the same script has none of this. Give it a rank and a world
+# size, as a script that starts its processes itself would, and run it:
+
+# %% [markdown] lang=zh
+# 每一行是一个进程，内容由它自己打印：
+#
+# - `RANK` 和 `WORLD_SIZE`：它在整个作业中的位置，以及作业的规模，也就是 `dist.get_rank()` 和 `dist.get_world_size()` 的返回值。
+# - `LOCAL_RANK` 和 `LOCAL_WORLD_SIZE`：它在本主机上各进程中的位置，以及本主机上运行的进程数。只有一台主机时，它们等于 `RANK` 和 `WORLD_SIZE`；如果有 2 台主机、每台 4 个进程，第二台主机上进程的 `RANK` 是 4 到 7，`LOCAL_RANK` 是 0 到 3。在 GPU 机器上，由 `LOCAL_RANK` 选择进程使用的 GPU（`torch.cuda.set_device(local_rank)`）。
+# - `GROUP_RANK`：它所在主机（即它的 torchrun）在作业中的编号，共有 `GROUP_WORLD_SIZE` 台。
+# - `MASTER_ADDR` 和 `MASTER_PORT`：键值存储所在的位置，各进程通过它交换彼此的地址（即上文的集合点），所有进程都相同。
+# - `TORCHELASTIC_RUN_ID`：作业的 ID（`--rdzv-id`；`--standalone` 会随机生成一个），只有同一个作业的进程才会会合。`TORCHELASTIC_RESTART_COUNT` 记录 torchrun 重启 worker 的次数（`--max-restarts`，见[第 10 课](10_fault_tolerance.ipynb)）。
+#
+# 如果不用 torchrun、手动启动，同一个脚本就什么也拿不到。像自己启动进程的脚本那样，给它一个 rank 和一个 world size，然后运行：
 
 # %%
-draw.bars({f"{say('notebook', 'notebook')} r{r}": float(notebook_losses[r]) for r in (0, 1)}
-          | {f"torchrun r{r}": float(script_losses[r]) for r in (0, 1)},
-          ylabel=say("final loss", "最终损失"), title=say("the same run, two launchers", "同一次运行，两种启动方式"),
-          fmt="{:.6f}")
+by_hand = {k: v for k, v in os.environ.items() if k not in ("MASTER_ADDR", "MASTER_PORT")}
+hand_code, _, hand_err = launch(sys.executable, script, env=by_hand | {"RANK": "0", "WORLD_SIZE": "4"}, timeout=60)
+error = hand_err.strip().splitlines()[-1]
+print(f"$ RANK=0 WORLD_SIZE=4 python train.py\n{error}\n$ echo $?\n{hand_code}")
+assert hand_code != 0 and "MASTER_ADDR" in error
+
+# %% [markdown]
+# **A common claim:** to run a distributed job without a launcher, start the processes yourself
+# (with `torch.multiprocessing`, say) and have each call
+# `init_process_group(backend, rank=rank, world_size=size)`.
+# **What actually happens:** a rank and a world size tell a process who it is, not where the others
+# are. The processes must also meet somewhere, and with no `init_method` that place comes from
+# `MASTER_ADDR` and `MASTER_PORT`: without them `init_process_group` fails at once, as the line
+# above shows. Such a script works only if it sets them itself (`os.environ["MASTER_ADDR"] =
+# "127.0.0.1"` and a free port, the same in every process), or passes
+# `init_method="tcp://HOST:PORT"`, or a store (ddplab's pools on one machine meet through a
+# `FileStore`). torchrun sets them, and everything else in the table, for every process it starts.
+#
+# And the training itself: the losses the 4 processes printed under torchrun, against the
+# notebook's.
+
+# %% [markdown] lang=zh
+# **一个常见的说法：** 不用启动器也能运行分布式作业，只要自己启动各个进程（比如用 `torch.multiprocessing`），让每个进程调用 `init_process_group(backend, rank=rank, world_size=size)` 就行。**实际情况是：** rank 和 world size 只告诉一个进程“我是谁”，没有告诉它“其他进程在哪里”。各进程还必须有一个会合的地方；不指定 `init_method` 时，这个地方来自 `MASTER_ADDR` 和 `MASTER_PORT`：没有它们，`init_process_group` 会立即失败，正如上面那一行所示。这样的脚本只有在自己设置了它们（`os.environ["MASTER_ADDR"] = "127.0.0.1"` 加一个空闲端口，每个进程都相同），或者传入 `init_method="tcp://HOST:PORT"`，或者传入一个 store（ddplab 在单机上的进程池就是通过一个 `FileStore` 会合的）时才能运行。torchrun 则为它启动的每个进程设置好这两个变量，以及表中的其他所有变量。
+#
+# 再看训练本身：在 torchrun 下，4 个进程打印的损失与 notebook 中的对比。
+
+# %%
+loss_line = r"rank=(\d) loss=([-+0-9.e]+)"
+notebook_losses = {int(r): v for r, v in re.findall(loss_line, "".join(lab().last_result.stdout))}
+script_losses = {int(r): v for r, v in re.findall(loss_line, out)}
+print(say("notebook:", "notebook："), notebook_losses)
+print("torchrun:", dict(sorted(script_losses.items())))
+assert script_losses == notebook_losses and len(notebook_losses) == 4   # every digit
+
+# %%
+draw.bars(None, fmt="{:.6f}", panels=[
+    dict(values={f"rank {r}": float(notebook_losses[r]) for r in range(4)}, ylabel=say("final loss", "最终损失"),
+         title=say("the same run: in the notebook (%%ddp)", "同一次运行：在 notebook 中（%%ddp）")),
+    dict(values={f"rank {r}": float(script_losses[r]) for r in range(4)},
+         title=say("... and under torchrun", "……以及在 torchrun 下"))])
 
 # %% [markdown]
 # **On a real cluster**, the same script runs with one torchrun per host, e.g. on 2 hosts of 4
@@ -245,15 +437,39 @@ draw.bars({f"{say('notebook', 'notebook')} r{r}": float(notebook_losses[r]) for 
 # 3. In the exported script, replace `dist.init_process_group("gloo")` with
 #    `dist.init_process_group("gloo", init_method="tcp://127.0.0.1:29511", rank=int(os.environ["RANK"]),
 #    world_size=int(os.environ["WORLD_SIZE"]))`. What does each argument replace?
+# 4. Run the exported script in two terminals at once, each with `torchrun --nnodes 2
+#    --nproc_per_node 2 --rdzv-backend c10d --rdzv-endpoint 127.0.0.1:29400 train.py`: two "hosts"
+#    of 2 processes. Which variables differ from the table above, what is `TORCHELASTIC_RUN_ID`
+#    without `--rdzv-id`, and are the losses still the notebook's?
 #
 # ## 练习
 #
-# 1. 用 `--ifname mgmt0` 重新连接（`%ddp_start 4 --connect ... --ifname mgmt0`）。ddplab 说了什么？
-#    为什么各个 rank 不能使用那个网络？
-# 2. 用 `%ddp_export` 导出你之前做过的一课（比如第 3 课），再用 torchrun 运行它。哪些单元格被省略了，为什么？
-# 3. 在导出的脚本中，把 `dist.init_process_group("gloo")` 换成
-#    `dist.init_process_group("gloo", init_method="tcp://127.0.0.1:29511", rank=int(os.environ["RANK"]),
-#    world_size=int(os.environ["WORLD_SIZE"]))`。每个参数替代了什么？
+# 1. 用 `--ifname mgmt0` 重新连接（`%ddp_start 4 --connect ... --ifname mgmt0`）。ddplab 说了什么？为什么各个 rank 不能使用那个网络？
+# 2. 用 `%ddp_export` 导出你之前做过的一课（比如第 3 课），再用 torchrun 运行它。哪些单元格不得不省略，为什么？
+# 3. 在导出的脚本中，把 `dist.init_process_group("gloo")` 换成 `dist.init_process_group("gloo", init_method="tcp://127.0.0.1:29511", rank=int(os.environ["RANK"]),
+#    world_size=int(os.environ["WORLD_SIZE"]))`。每个参数分别替代了什么？
+# 4. 在两个终端里同时运行导出的脚本，每个都用 `torchrun --nnodes 2 --nproc_per_node 2
+#    --rdzv-backend c10d --rdzv-endpoint 127.0.0.1:29400 train.py`：相当于两台“主机”，每台 2 个进程。与上面的表格相比，哪些变量不同了？不加 `--rdzv-id` 时，`TORCHELASTIC_RUN_ID` 是什么？损失还和 notebook 中的一样吗？
+
+# %% [markdown] lang=zh
+# **在真正的集群上**，同一个脚本在每台主机上各由一个 torchrun 运行，例如 2 台主机、每台 4 个进程：
+#
+# ```
+# torchrun --nnodes 2 --nproc_per_node 4 --rdzv-backend c10d --rdzv-endpoint head:29500 train.py
+# ```
+#
+# 无论作业以哪种方式启动，与单机相比都有三点不同：
+#
+# 1. **网络接口。** 告诉 gloo 使用哪个网络（在每台主机上设置 `GLOO_SOCKET_IFNAME=eth0`，或者 `%ddp_start --ifname eth0`），否则它会选用主机名解析出的地址，而在许多 Debian 和 Ubuntu 主机上，这个地址是 `127.0.1.1`。
+# 2. **store。** torchrun 的集合点 store 是一个 `TCPStore`：它没有任何身份验证，所以要在私有网络上运行作业；还要让各主机的（反向）DNS 正常工作，否则每次连接都要多等 10 秒。ddplab 自己的跨主机进程池则使用它带签名的 store。
+# 3. **防火墙。** 各 rank 之间通过随机选择的端口互相连接：主机之间在这个网络的所有端口上都必须能互相访问。
+#
+# ## 练习
+#
+# 1. 用 `--ifname mgmt0` 重新连接（`%ddp_start 4 --connect ... --ifname mgmt0`）。ddplab 说了什么？为什么各个 rank 不能使用那个网络？
+# 2. 用 `%ddp_export` 导出你之前做过的一课（比如第 3 课），再用 torchrun 运行它。哪些单元格不得不省略，为什么？
+# 3. 在导出的脚本中，把 `dist.init_process_group("gloo")` 换成 `dist.init_process_group("gloo", init_method="tcp://127.0.0.1:29511", rank=int(os.environ["RANK"]), world_size=int(os.environ["WORLD_SIZE"]))`。每个参数分别替代了什么？
+# 4. 在两个终端里同时运行导出的脚本，每个都用 `torchrun --nnodes 2 --nproc_per_node 2 --rdzv-backend c10d --rdzv-endpoint 127.0.0.1:29400 train.py`：相当于两台“主机”，每台 2 个进程。与上面的表格相比，哪些变量不同了？不加 `--rdzv-id` 时，`TORCHELASTIC_RUN_ID` 是什么？损失还和 notebook 中的一样吗？
 
 # %%
 %ddp_stop

@@ -7,13 +7,17 @@
 # and variables as they were, compare the ranks' models, and meet the hints ddplab gives for the
 # mistakes almost everyone makes once.
 #
-# **简介。** 有四个进程时，"程序卡住了"和"程序出错了"需要问新的问题：是*哪个* rank，卡在
-# *哪里*，又在等*谁*？这一课观察单元格运行时每个 rank 所在的位置，看 ddplab 如何指出永远
-# 无法完成的集合通信，在出错的 rank 上打开调试器（栈帧和变量保持出错时的样子），比较各 rank
-# 的模型，并认识 ddplab 针对几乎每个人都会犯一次的错误给出的提示。
+# **简介。** 有四个进程时，“程序卡住了”和“程序出错了”需要问新的问题：是*哪个* rank，卡在 *哪里*，又在等*谁*？这一课观察单元格运行时每个 rank 所在的位置，看 ddplab 如何指出永远无法完成的集合通信，在出错的 rank 上打开调试器（栈帧和变量保持出错时的样子），比较各 rank 的模型，并认识 ddplab 针对几乎每个人都会犯一次的错误给出的提示。
 #
 # **You will see:** the ranks' lines and collectives while one of them lags, a mismatch report,
 # a post-mortem pdb session on rank 2, `%ddp_check` naming ranks whose model drifted, and hints.
+
+# %% [markdown] lang=zh
+# # 第 14 课 · 调试分布式代码
+#
+# **简而言之**：有四个进程时，“程序卡住了”和“程序出错了”就需要问新的问题：是*哪个*进程（rank），卡在*哪里*，又在等*谁*？本课观察单元格运行时每个 rank 执行到了哪里，看 ddplab 如何指出永远无法完成的集合通信，在出错的 rank 上打开调试器（栈帧和变量都保持出错时的样子），比较各 rank 上的模型，并认识 ddplab 针对几乎每个人都会犯一次的错误所给出的提示。
+#
+# **你将看到：** 一个 rank 落后时各 rank 所在的代码行和集合通信，一份不匹配报告，在 rank 2 上的一次事后（post-mortem）pdb 调试，`%ddp_check` 指出模型已经偏离的 rank，以及各种提示。
 
 # %%
 %load_ext ddplab
@@ -31,6 +35,11 @@ from ddplab.lessons import draw, lab, say
 # its table while the cell runs. Here rank 0 works for 4 seconds before the all-reduce the others
 # already wait in:
 
+# %% [markdown] lang=zh
+# ## 每个 rank 在哪里？
+#
+# 当一个单元格运行超过一秒时，每个 rank 的遥测线程每秒四次读取该 rank 自己的 Python 调用栈，并发送它所在的位置：它在单元格中的哪一行；如果在 `torch.distributed` 内部，还有是哪个集合通信、在哪个进程组上、已经等了多久。单元格运行期间，仪表盘会在表格上方显示这些信息。下面 rank 0 先工作 4 秒，然后才进入其他 rank 早已在其中等待的 all-reduce：
+
 # %%
 %%ddp
 import time
@@ -40,8 +49,9 @@ if rank == 0:
 dist.all_reduce(t)
 
 # %%
-print(lab().last_result.waited)   # the last picture of the ranks while some of them waited
-assert "all_reduce" in lab().last_result.waited and "rank 0: line 4" in lab().last_result.waited
+lag_seconds = lab().last_result.seconds   # how long the cell took
+print(lab().last_result.waited)           # the last picture of the ranks while some of them waited
+assert "all_reduce" in lab().last_result.waited
 
 # %% [markdown]
 # Nothing is wrong here: rank 0 arrives, and all four leave together. ddplab does not interrupt a
@@ -51,14 +61,30 @@ assert "all_reduce" in lab().last_result.waited and "rank 0: line 4" in lab().la
 #
 # Every rank of a group must call the same collectives, in the same order, with tensors of the
 # same shape and dtype. Here rank 3 all-reduces 3 numbers while the others all-reduce 4 (think of
-# a buffer sized from a rank's own data). gloo would wait for the group's timeout; ddplab sees all
-# four ranks waiting in `all_reduce` calls that cannot match, names them with their lines, and
-# cuts the collectives short within a few seconds:
+# a buffer sized from a rank's own data). gloo would wait for the group's timeout; ddplab sees the
+# ranks waiting in `all_reduce` calls that cannot match (and what ranks that gloo let through
+# called before they finished the cell), names them with their lines, and cuts the collectives
+# short within a few seconds:
+
+# %% [markdown] lang=zh
+# 这里并没有出错：rank 0 到达之后，四个 rank 一起离开。ddplab 不会打断一个正在计算的 rank；只有当等待永远不会结束时，它才会出手。
+#
+# ## 永远无法完成的集合通信
+#
+# 同一进程组中的每个 rank 都必须以相同的顺序调用相同的集合通信，张量的形状和数据类型也必须相同。下面 rank 3 对 3 个数做 all-reduce，而其他 rank 对 4 个数做 all-reduce（设想一个缓冲区的大小取决于某个 rank 自己的数据）。gloo 会一直等到进程组超时；ddplab 则看到这些 rank 在无法匹配的 `all_reduce` 调用中等待（对于被 gloo 放行、已经结束单元格的 rank，也会指出它们之前调用了什么），连同行号一起指出来，并在几秒之内中止这些集合通信：
 
 # %% tags=["raises-exception"]
 %%ddp
 t = torch.ones(3 if rank == 3 else 4)
 dist.all_reduce(t)
+
+# %%
+mismatch_seconds = lab().last_result.seconds
+print(say(f"the cell returned after {mismatch_seconds:.1f} s; without ddplab, the waiting ranks would have stayed "
+          f"in all_reduce until gloo's timeout: {lab().config.timeout:.0f} s in this pool, 30 minutes by torch's default",
+          f"单元格在 {mismatch_seconds:.1f} 秒后返回；如果没有 ddplab，等待中的 rank 会一直停在 all_reduce 里，"
+          f"直到 gloo 超时：在这个进程池中是 {lab().config.timeout:.0f} 秒，torch 的默认值则是 30 分钟"))
+assert mismatch_seconds < lab().config.timeout
 
 # %% [markdown]
 # The group was formed again on the same engines, so nothing is lost: every rank keeps its variables.
@@ -70,6 +96,13 @@ dist.all_reduce(t)
 # here (with no rank number it takes the rank that caused the last failure). Interactively it
 # reads commands from a prompt (`where`, `up`, `down`, `p x`, `list`, `interact`, `q`); here `-c`
 # gives them in advance:
+
+# %% [markdown] lang=zh
+# 进程组已在同样的引擎上重新组建，所以什么也没有丢失：每个 rank 都保留着自己的变量。
+#
+# ## 在一个 rank 上做事后调试
+#
+# 下面 rank 2 会出错：它的索引越界了。失败报告会显示调用栈（traceback）；若要查看出错时各变量的值，`%ddp_debug` 会针对该 rank 最近一次的异常打开 pdb，并在这里操控它（不指定 rank 编号时，它选择导致最近一次失败的那个 rank）。交互使用时，它从提示符读取命令（`where`、`up`、`down`、`p x`、`list`、`interact`、`q`）；这里用 `-c` 预先给出这些命令：
 
 # %% tags=["raises-exception"]
 %%ddp
@@ -88,6 +121,11 @@ value = pick(batch, 3 * rank + 2)
 # DDP keeps every rank's parameters equal by averaging gradients. Code that steps a model
 # *without* DDP, or steps only on some ranks, lets them drift apart silently. `%ddp_check`
 # compares a checksum of every parameter across ranks and names the ranks that differ:
+
+# %% [markdown] lang=zh
+# ## 各 rank 上的模型还一样吗？
+#
+# DDP 通过对梯度求平均，让每个 rank 的参数保持一致。如果代码*不经过* DDP 就更新模型，或者只在部分 rank 上更新，各 rank 的参数就会悄无声息地逐渐偏离。`%ddp_check` 在各 rank 之间比较每个参数的校验和，并指出哪些 rank 与众不同：
 
 # %%
 %%ddp
@@ -118,6 +156,16 @@ assert lab().check(["plain", "synced"]) == {"plain": [1, 2, 3], "synced": []}
 # - `import ddplab` in a cell: `ddplab.log` and `ddplab.phase` keep working.
 # - a `DistributedSampler` iterated again without `set_epoch(epoch)`: every epoch would see the
 #   same order of samples.
+
+# %% [markdown] lang=zh
+# ## 常见错误的提示
+#
+# 从教程或脚本里复制来的代码，常常会重做 ddplab 已经做过的事。下面每个单元格都能运行，ddplab 会就发生的情况提示一次：
+#
+# - 再次调用 `init_process_group`：进程组已经存在（gloo，包含所有 rank），这一行在这里什么也不做。
+# - `destroy_process_group()`：ddplab 会在单元格结束后重新组建进程组，下一个单元格照样有进程组可用。
+# - 在单元格中 `import ddplab`：`ddplab.log` 和 `ddplab.phase` 照常工作。
+# - 没有调用 `set_epoch(epoch)` 就再次遍历 `DistributedSampler`：每个 epoch 看到的样本顺序都会一模一样。
 
 # %%
 %%ddp
@@ -150,14 +198,18 @@ print(say("without set_epoch, epoch 1 repeats epoch 0's order on every rank:",
           "没有 set_epoch 时，每个 rank 上第 1 个 epoch 都重复第 0 个 epoch 的顺序："), same)
 
 # %% [markdown]
-# A picture of the session: how long each kind of trouble held the notebook.
+# A picture of the session: how long each kind of trouble held the notebook, as this run measured
+# it, next to the collective timeout gloo would have waited for without ddplab.
+
+# %% [markdown] lang=zh
+# 用一张图总结本课：每种问题让 notebook 停了多久（本次运行实测），以及没有 ddplab 时 gloo 会一直等到的集合通信超时时间。
 
 # %%
-draw.bars({say("lagging rank", "落后的 rank"): 4.0,
-           say("mismatch, named", "不匹配（已指出）"): 3.0,
-           say("mismatch, gloo alone", "不匹配（仅 gloo）"): 30.0},
+draw.bars({say("lagging rank", "落后的 rank"): lag_seconds,
+           say("mismatch, named", "不匹配（已指出）"): mismatch_seconds,
+           say("mismatch, gloo's timeout", "不匹配（gloo 超时）"): lab().config.timeout},
           ylabel=say("seconds until the cell returns", "单元格返回前的秒数"),
-          title=say("ddplab names what can never finish", "ddplab 会指出永远无法完成的操作"), fmt="{:.0f} s")
+          title=say("ddplab names what can never finish", "ddplab 会指出永远无法完成的操作"), fmt="{:.1f} s")
 
 # %% [markdown]
 # ## Exercises
@@ -171,12 +223,16 @@ draw.bars({say("lagging rank", "落后的 rank"): 4.0,
 #
 # ## 练习
 #
-# 1. 让 rank 0 和 1 在 `dist.new_group([0, 1])` 上调用 `all_reduce`，而 rank 2 和 3 在
-#    `dist.new_group([2, 3])` 上调用。这算不匹配吗？为什么？
-# 2. 不加 `-c` 运行 `%ddp_debug`，交互式地探索：`where`、`up`、`interact`，然后在控制台中
-#    `print(batch)`、`exit()`、`q`。
-# 3. 让 rank 1 对 `synced`（DDP 模型）跳过 `opt.step()`，再运行 `%ddp_check synced`。当某个 rank
-#    不更新时，DDP 还能让各 rank 保持一致吗？
+# 1. 让 rank 0 和 1 在 `dist.new_group([0, 1])` 上调用 `all_reduce`，而 rank 2 和 3 在 `dist.new_group([2, 3])` 上调用。这算不匹配吗？为什么？
+# 2. 不加 `-c` 运行 `%ddp_debug`，交互式地探索：`where`、`up`、`interact`，然后在控制台中 `print(batch)`、`exit()`、`q`。
+# 3. 让 rank 1 对 `synced`（DDP 模型）跳过 `opt.step()`，再运行 `%ddp_check synced`。当某个 rank 不更新时，DDP 还能让各 rank 保持一致吗？
+
+# %% [markdown] lang=zh
+# ## 练习
+#
+# 1. 让 rank 0 和 1 在 `dist.new_group([0, 1])` 上调用 `all_reduce`，而 rank 2 和 3 在 `dist.new_group([2, 3])` 上调用。这算不匹配吗？为什么？
+# 2. 不加 `-c` 运行 `%ddp_debug`，交互式地探索：`where`、`up`、`interact`，然后在控制台中 `print(batch)`、`exit()`、`q`。
+# 3. 让 rank 1 对 `synced`（DDP 模型）跳过 `opt.step()`，再运行 `%ddp_check synced`。当某个 rank 不更新时，DDP 还能让各 rank 保持一致吗？
 
 # %%
 %ddp_stop
