@@ -29,7 +29,7 @@ def run(path):
         NotebookClient(nb, km=km, timeout=300, allow_errors=True,
                        resources={"metadata": {"path": str(path.parent)}}).execute()
     finally:
-        km.shutdown_kernel(now=True)
+        km.shutdown_kernel()  # gracefully: what the lesson left for the kernel's end is cleaned up
     took = time.monotonic() - tic
     failed = 0
     for i, cell in enumerate(nb.cells):

@@ -277,7 +277,8 @@ for epoch in range(3):
 print(f"rank={rank} loss={loss.item()!r}")
 
 # %%
-script = tempfile.mkdtemp(prefix="ddplab-lesson13-") + "/train.py"
+work = tempfile.TemporaryDirectory(prefix="ddplab-lesson13-")  # removed with the kernel (or %reset)
+script = work.name + "/train.py"
 %ddp_export {script}
 text = open(script).read()
 print(text[:text.index("# --- cell 2")].rstrip())        # the script's start and its first cell

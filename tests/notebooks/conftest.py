@@ -62,7 +62,7 @@ class SharedKernel:
 
     def shutdown(self):
         if self.km is not None and self.km.is_alive():
-            self.km.shutdown_kernel(now=True)
+            self.km.shutdown_kernel()  # gracefully: atexit and finalizers of the lessons run
 
 
 @pytest.fixture(scope="session")
