@@ -53,6 +53,8 @@ def run(quick=False):
     ranks, seconds = (32, 3) if quick else (256, 20)
     cell = CELL.replace("{ranks}", str(ranks)).replace("{seconds}", str(seconds))
     (frames, cpu, points), = in_kernel([cell])
+    if not points:  # frames of nothing would time nothing
+        raise RuntimeError("no simulated telemetry reached the dashboard: its frames measured nothing")
     frames_ms = [f * 1000 for f in frames]
     return [
         result("dashboard_frame", f"dashboard frame with {ranks} simulated ranks x 10 points/s (ms per frame)",

@@ -17,7 +17,7 @@ FLUSH_EVERY = 0.25
 
 
 def main(address, key, ranks, rate, seconds):
-    sock = zmq.Context.instance().socket(zmq.PUSH)
+    sock = zmq.Context.instance().socket(zmq.DEALER)  # as ranks do: the notebook's end is a ROUTER
     sock.connect(address)
     t0 = time.perf_counter()
     steps = [0] * ranks
