@@ -17,8 +17,9 @@ def demo(ranks=None, steps=200, batch=64):
     from .config import PoolConfig
     from .dashboard.text import Progress, TextView
     from .lab import Lab
-    from .launcher import stop_zygote
+    from .launcher import running_zygote, stop_zygote
 
+    ours = running_zygote() is None  # the zygote this run starts is ours to stop; another's is not
     lab = Lab(config=PoolConfig.make(ranks))
     lab.view = TextView(every=1.0)  # per-rank step, loss and samples/s from ddplab.log, once a second
     print(f"ddplab demo: {lab.world_size} ranks, {steps} steps of DistributedDataParallel training "
@@ -36,7 +37,8 @@ def demo(ranks=None, steps=200, batch=64):
         tic = time.perf_counter()
         lab.stop()
         stopped = time.perf_counter() - tic
-        stop_zygote()  # one pool per run: nothing to keep warm for
+        if ours:
+            stop_zygote()  # one pool per run: nothing to keep warm for
     print(f"\n{'rank':>4}  {'final loss':>10}  {'samples/s':>9}  {'parameter checksum':>20}")
     for s in summaries:
         print(f"{s['rank']:>4}  {s['loss']:>10.4f}  {s['samples_per_s']:>9.0f}  {s['checksum']:>20.10g}")

@@ -1,5 +1,6 @@
 """Shared fixtures: one IPython shell with ddplab loaded, one 4-rank pool for the session."""
 import os
+import threading
 
 import psutil
 import pytest
@@ -67,3 +68,17 @@ def alive(pids):
         except psutil.NoSuchProcess:
             pass
     return left
+
+
+@pytest.fixture
+def ctrl_c():
+    """Python's own Ctrl-C handling (KeyboardInterrupt in the main thread), as in a notebook
+    kernel or a terminal, for tests that press Ctrl-C: other libraries in this long-lived test
+    process (an asyncio loop's signal handler left behind, say) may have replaced it."""
+    import signal
+
+    old = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        yield lambda after: threading.Timer(after, os.kill, (os.getpid(), signal.SIGINT))
+    finally:
+        signal.signal(signal.SIGINT, old)

@@ -4,8 +4,6 @@ Each test leaves the pool whole (restarting what it broke), so the order does no
 """
 import os
 import re
-import signal
-import threading
 import time
 
 import pytest
@@ -104,8 +102,8 @@ def test_a_rank_in_an_endless_loop_is_stopped_by_the_cell_timeout(ip, whole):
     assert ddp(ip, "t = torch.ones(1)\ndist.all_reduce(t)").success
 
 
-def test_ctrl_c_stops_a_rank_looping_and_the_ranks_waiting_for_it(ip, whole):
-    timer = threading.Timer(1.0, os.kill, (os.getpid(), signal.SIGINT))
+def test_ctrl_c_stops_a_rank_looping_and_the_ranks_waiting_for_it(ip, whole, ctrl_c):
+    timer = ctrl_c(1.0)
     timer.start()
     try:
         res = ddp(ip, "import time\nif rank == 3:\n    while True: time.sleep(0.01)\n"

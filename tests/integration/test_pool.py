@@ -161,13 +161,10 @@ def test_connection_files_are_private(pool):
     assert mode == 0o700
 
 
-def test_ctrl_c_interrupts_every_rank_and_the_pool_stays_usable(ip, pool, capsys):
-    import signal
-    import threading
-
+def test_ctrl_c_interrupts_every_rank_and_the_pool_stays_usable(ip, pool, capsys, ctrl_c):
     from ddplab.errors import Interrupted
 
-    timer = threading.Timer(1.0, os.kill, (os.getpid(), signal.SIGINT))
+    timer = ctrl_c(1.0)
     timer.start()
     try:
         res = ddp(ip, "import time\nprint('started', rank, flush=True)\nfor _ in range(600): time.sleep(0.05)")
