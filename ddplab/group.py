@@ -60,7 +60,7 @@ class Group:
         threads = pool.threads_per_rank(cfg.threads)
         ifnames = [f["ifname"] for f in pool.facts] if pool.facts else [None] * n
         ars = [client[eid].apply_async(form_group, r, n, where, cfg.timeout, threads[r], address, tunables().flush,
-                                       key, ifnames[r], self.knobs, cfg.lang)
+                                       key, ifnames[r], self.knobs, cfg.lang, self.generation)
                for r, eid in enumerate(eids)]
         for ar in ars:
             if not ar.wait(max(0.0, deadline - time.perf_counter())):

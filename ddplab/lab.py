@@ -316,7 +316,7 @@ class Lab:
         """Tell these running ranks to break their links to their peers (rank._cut)."""
         ports = sorted({p for i in self.info for p in i.get("ports", ())})
         for r in ranks:
-            self.telemetry.command(r, cmd="cut", ports=ports)
+            self.telemetry.command(r, cmd="cut", ports=ports, generation=self.group.generation)
 
     def run(self, code, ranks=None, timeout=None, background=False):
         """Run `code` on every rank (or the given ranks); return a RunResult.

@@ -73,6 +73,7 @@ _formed = False  # the process group of this process is ddplab's
 NAN = math.nan
 
 
+_generation = 0  # which forming of the group this rank is in (the notebook counts them)
 lang_of_pool = "en"  # the pool's language (%ddp_start --lang, a zh notebook): rank code's say() follows it
 _knobs = {}  # name -> value: set from the notebook while cells run (Lab.set_knob, a slider)
 
@@ -246,7 +247,8 @@ def _commands():
             continue  # not from the notebook: dropped unread
         command = json.loads(frames[1])
         if command.get("cmd") == "cut":
-            _cut(command.get("ports", ()))
+            if command.get("generation") == _generation:  # a late cut must not break the group formed since
+                _cut(command.get("ports", ()))
         elif command.get("cmd") == "knob" and isinstance(command.get("name"), str):
             _knobs[command["name"]] = command.get("value")
 
@@ -377,7 +379,7 @@ def _store_socket(host, port):
 
 
 def form_group(rank, world_size, rendezvous, timeout, threads, telemetry=None, flush=0.25, key=b"", ifname=None,
-               knobs=None, lang="en"):
+               knobs=None, lang="en", generation=0):
     """Join the gloo process group and preload the names every cell can use.
 
     rendezvous is "file:///path" (a FileStore: opens no network port), "signed://host:port" (the
@@ -387,8 +389,8 @@ def form_group(rank, world_size, rendezvous, timeout, threads, telemetry=None, f
     `flush` seconds and signed with `key` (it reaches the rank in this call: ipyparallel's signed
     channel).
     """
-    global _rank, _flush_every, _formed, lang_of_pool
-    _flush_every, lang_of_pool = flush, lang
+    global _rank, _flush_every, _formed, lang_of_pool, _generation
+    _flush_every, lang_of_pool, _generation = flush, lang, generation
     _knobs.update(knobs or {})
     import torch
     import torch._dynamo  # noqa: F401 - DistributedDataParallel() needs it: imported now, not in a cell

@@ -139,3 +139,21 @@ def test_post_mortem_debugger_in_terminal_ipython():
     assert re.search(r"\(Pdb rank 1\) 42\n", proc.stdout), proc.stdout[-2000:]  # p secret, typed at the prompt
     assert re.search(r"-> raise ValueError\('boom'\)", proc.stdout)  # where
     assert "ddplab: pdb on rank 1: ValueError: boom" in proc.stdout and "stopped 2 ranks" in proc.stdout
+
+
+def test_a_cut_meant_for_an_earlier_group_does_not_break_the_group_formed_since(pool):
+    """A cut (sent when ranks wait in collectives that cannot finish) can reach a rank after the
+    group was re-formed: it must not break the new one. The same cut for the current group does."""
+    loop = "import time\nt = torch.ones(1)\nfor _ in range(60):\n    dist.all_reduce(t)\n    time.sleep(0.02)"
+    ports = sorted({p for i in pool.info for p in i.get("ports", ())})
+    for generation, breaks in ((pool.group.generation - 1, False), (pool.group.generation, True)):
+        bg = pool.run(loop, background=True)
+        for r in range(4):
+            pool.telemetry.command(r, cmd="cut", ports=ports, generation=generation)
+        try:
+            bg.result(60)
+            broke = False
+        except Exception:  # noqa: BLE001 - the cut collective fails on the ranks
+            broke = True
+        assert broke == breaks, f"a cut for generation {generation} (the group's: {pool.group.generation})"
+    assert healthy(pool)
