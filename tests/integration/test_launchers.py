@@ -47,7 +47,7 @@ def engine_set(tmp_path, monkeypatch, launcher, config, n=4):
     monkeypatch.setenv("IPYTHONDIR", str(tmp_path))
     pool = LocalPool(**{"launcher": launcher, "threads": 1, "profile": profile_with(tmp_path, config)})
     cluster = pool.make_cluster()
-    es = cluster.engine_launcher_class(work_dir=".", parent=cluster, log=cluster.log, profile_dir=cluster.profile_dir,
+    es = cluster.engine_launcher_class(work_dir=str(tmp_path), parent=cluster, log=cluster.log, profile_dir=cluster.profile_dir,
                                        cluster_id=cluster.cluster_id, engine_set_id="x")
     return cluster, es
 
@@ -68,7 +68,7 @@ def test_ssh_engines_are_started_on_the_profiles_hosts(tmp_path, monkeypatch):
     cluster, es = engine_set(tmp_path, monkeypatch, "ssh",
                              "c.SSHEngineSetLauncher.engines = {'node1': 2, 'node2': 2}\n")
     assert es.engines == {"node1": 2, "node2": 2}
-    one = es.launcher_class(work_dir=".", parent=es, log=es.log, profile_dir=cluster.profile_dir,
+    one = es.launcher_class(work_dir=str(tmp_path), parent=es, log=es.log, profile_dir=cluster.profile_dir,
                             cluster_id=cluster.cluster_id, hostname="node1")
     command = [*one.find_args(), one.location, *one.program, *one.program_args]  # what start() runs
     assert command[:2] == ["ssh", "node1"] and "ipyparallel.engine" in " ".join(command)
