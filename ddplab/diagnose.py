@@ -142,7 +142,7 @@ def mismatch(wheres, running, finished, world_size, lang="en", cell_ranks=None, 
     wheres: rank -> where (probe.py) of the ranks still running; finished: ranks of the cell that
     ended; cell_ranks: the ranks running the cell (all by default); calls: rank -> the collectives a
     finished rank entered ({"calls": n, "last": its last one}), when it said."""
-    t = _t(lang)
+    t, calls = _t(lang), calls or {}
     cell_ranks = set(range(world_size) if cell_ranks is None else cell_ranks)
     waiting = {r: w for r, w in wheres.items() if r in running and w and w.get("op")
                and w["op"] not in POINT_TO_POINT and (w.get("since") or 0) >= BLOCKED}
@@ -158,7 +158,7 @@ def mismatch(wheres, running, finished, world_size, lang="en", cell_ranks=None, 
                                                peers=who(absent, lang)), same + absent)
         gone = sorted(members & set(finished))
         if gone and (w.get("since") or 0) >= SKIPPED:
-            k, calls = w.get("calls"), calls or {}
+            k = w.get("calls")
             if k is not None and w["since"] < SKIPPED + 3 and any(
                     ((calls.get(g) or {}).get("calls") or 0) > k for g in gone):
                 continue  # a finished rank went past this collective: the waiting rank's report is old
@@ -170,11 +170,11 @@ def mismatch(wheres, running, finished, world_size, lang="en", cell_ranks=None, 
         others = {q: v for q, v in waiting.items() if q in members and _signature(v) != _signature(w)
                   and _same_point(v, w)}
         if others and all(q in waiting for q in members & set(running)):
-            calls = {}
+            by_call = {}
             for q in sorted(members & set(waiting)):
-                calls.setdefault(call(waiting[q], lang), []).append(q)
+                by_call.setdefault(call(waiting[q], lang), []).append(q)
             text = t["sep"].join(t["called"].format(who=who(qs, lang), call=c)
-                             for c, qs in sorted(calls.items(), key=lambda kv: kv[1]))
+                             for c, qs in sorted(by_call.items(), key=lambda kv: kv[1]))
             return Mismatch(t["mismatch"].format(calls=text), sorted(members & set(waiting)))
     return None
 

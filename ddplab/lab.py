@@ -569,7 +569,7 @@ class Lab:
     def view_background(self, on):
         """Tell the view whether cells run in the background (it must not display anything then:
         the notebook has moved on to other cells)."""
-        if self.view is not None and hasattr(self.view, "background"):
+        if self.view is not None:
             self.view.background = on
 
     def show(self, what):

@@ -2,6 +2,7 @@
 
 Misuse answers one line (UsageError) and changes nothing.
 """
+import ast
 import math
 import sys
 import time
@@ -197,14 +198,10 @@ class DDPMagics(Magics):
     def ddp_knob(self, line):
         """Change a value that running rank code reads (ddplab.knob), e.g. %ddp_knob period 4"""
         args = _parse(self.ddp_knob, line)
-        value = {"True": True, "False": False, "None": None}.get(args.value, args.value)
-        if isinstance(value, str):
-            for kind in (int, float):
-                try:
-                    value = kind(value)
-                    break
-                except ValueError:
-                    pass
+        try:  # 4, 0.5, True, None as themselves; anything else a word
+            value = ast.literal_eval(args.value)
+        except (ValueError, SyntaxError):
+            value = args.value
         _usage(self._lab().set_knob, args.name, value)
 
     def _show_run(self, lab, run):

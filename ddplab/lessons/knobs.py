@@ -30,10 +30,7 @@ def slider(name, low, high, value, step=1, description=None):
     widget = kind(value=value, min=low, max=high, step=step, description=description or name,
                   continuous_update=True, style={"description_width": "initial"},
                   layout=W.Layout(width="420px"))
-    widget.add_class(f"ddplab-knob-{name}")
-    lab.set_knob(name, value)
-    widget.observe(lambda change: lab.set_knob(name, change["new"]), names="value")
-    return widget
+    return _bound(lab, widget, name)
 
 
 def toggle(name, value=False, description=None):
@@ -42,7 +39,12 @@ def toggle(name, value=False, description=None):
 
     lab = _lab()
     widget = W.Checkbox(value=value, description=description or name, indent=False)
+    return _bound(lab, widget, name)
+
+
+def _bound(lab, widget, name):
+    """The widget, setting knob `name` on every rank now and whenever it changes."""
     widget.add_class(f"ddplab-knob-{name}")
-    lab.set_knob(name, value)
+    lab.set_knob(name, widget.value)
     widget.observe(lambda change: lab.set_knob(name, change["new"]), names="value")
     return widget
