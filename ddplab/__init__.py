@@ -54,6 +54,9 @@ def load_ipython_extension(shell):
     """%load_ext ddplab: register the %ddp_* magics (loading again is harmless)."""
     if id(shell) in _magics:
         return
+    from .zygote import zygote
+
+    zygote()  # first: the fork server imports torch in the background while the rest loads and the user reads
     from .config import tunables
     from .magics import DDPMagics
 
@@ -63,9 +66,6 @@ def load_ipython_extension(shell):
         shell.configurables.append(settings)  # %config DDPLab.frame = 0.5
     magics = DDPMagics(shell)
     shell.register_magics(magics)
-    from .launcher import zygote
-
-    zygote()  # the fork server imports torch in the background now, so %ddp_start finds it ready
     _magics[id(shell)] = magics
 
 
@@ -76,7 +76,7 @@ def unload_ipython_extension(shell):
         magics.lab.stop()
         magics.lab = None
     from .lab import _running_labs
-    from .launcher import stop_zygote
+    from .zygote import stop_zygote
 
     if not _running_labs:  # another Lab of this process may still fork from it
         stop_zygote()

@@ -17,7 +17,7 @@ def demo(ranks=None, steps=200, batch=64):
     from .config import PoolConfig
     from .dashboard.text import Progress, TextView
     from .lab import Lab
-    from .launcher import running_zygote, stop_zygote
+    from .zygote import running_zygote, stop_zygote
 
     ours = running_zygote() is None  # the zygote this run starts is ours to stop; another's is not
     lab = Lab(config=PoolConfig.make(ranks))

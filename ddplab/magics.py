@@ -116,6 +116,7 @@ class DDPMagics(Magics):
             %ddp_start --profile mycluster                 # the cluster ipcluster started with that profile
             %ddp_start 8 --engines slurm --profile slurm   # start 8 engines through Slurm
         """
+        tic = time.perf_counter()
         args = _parse(self.ddp_start, line)
         if args.timeout is not None and not math.isfinite(args.timeout):
             raise UsageError(f"--timeout {args.timeout}: give a number of seconds, e.g. --timeout 60")
@@ -137,6 +138,7 @@ class DDPMagics(Magics):
             lab.view = make_view(lab.config)
             lab.view.show()
             lab.show("update")
+        lab.start_seconds = time.perf_counter() - tic  # what the user waited, the dashboard's making too
         message = lab.ready_message() + ("；用 %%ddp 在每个 rank 上运行代码" if lab.config.lang == "zh"
                                          else "; run code on every rank with %%ddp")
         if progress is not None:

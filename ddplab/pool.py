@@ -251,7 +251,7 @@ class LocalPool(Pool):
         return env
 
     def start(self, n, deadline, say):
-        from .launcher import zygote
+        from .zygote import zygote
 
         self.workdir = tempfile.mkdtemp(prefix="ddplab-")  # mode 0700
         self._reaper = subprocess.Popen([sys.executable, "-m", "ddplab.reaper", str(os.getpid()), self.workdir],
@@ -383,7 +383,7 @@ class LocalPool(Pool):
         return False if self.forked else is_gone(proc)
 
     def _exit_code(self, proc, wait=0.5):
-        from .launcher import zygote
+        from .zygote import zygote
 
         """The exit code of a dead local engine. Its parent reaps it: the zygote (which writes
         it down) or ipyparallel's launcher thread (psutil keeps it on that Process object;

@@ -4,7 +4,7 @@
     with ddplab.phase("eval"): ...
 
 log() only appends to columns in memory (about a microsecond): a background thread sends new
-points to the notebook a few times a second (a zmq PUSH socket, signed data: wire.py), and the
+points to the notebook a few times a second (a zmq DEALER socket, signed data: wire.py), and the
 columns themselves are the rank's exact history.
 Keep this module light: engines import only it, never widget or client code.
 """
@@ -21,6 +21,7 @@ from bisect import bisect_left
 from . import wire
 
 _flush_every = 0.25  # seconds between telemetry batches (DDPLab.flush, set when the group forms)
+preloaded = frozenset()  # the modules the zygote had loaded when it forked this engine (empty: not forked)
 
 
 class Columns:

@@ -3,35 +3,73 @@ controller needs) once, then forks them with all of it already loaded.
 
     python -m ddplab.zygote WORKDIR        (one JSON request per line on stdin, a reply on stdout)
 
-Importing torch costs about 1.2 s of CPU per process, and torch._dynamo (which the first
+Importing torch costs about 1.4 s of CPU per process, and torch._dynamo (which the first
 DistributedDataParallel() imports) 1.2 s more; four engines on two cores doing that in turn
 take most of a pool's start-up, and slow the first cells after it. The zygote pays it once,
-for every pool of its notebook (launcher.py starts it at %load_ext ddplab), and its forks share
-the loaded pages copy-on-write (less memory too). Nothing here may start a thread before forking.
+for every pool of its notebook (started at %load_ext ddplab, before anything else is imported),
+and its forks share the loaded pages copy-on-write (less memory too). Nothing here may start a
+thread before forking.
+
+It imports in stages and says when each is done: {"ready": "controller"} once ipyparallel is in
+(a controller can be forked then, and starts while torch is imported), {"ready": "engine"} when
+everything is. Between imports it serves a request already waiting, so the controller of a pool
+started at once waits for one import at most, not for all of torch. The notebook sends one request at a time and reads its
+reply before the next.
 
 Requests: {"main": "engine" | "controller", "env": {...}, "cwd": "...", "output": "path/to/log",
 "args": [...]} -> reply {"pid": N}. The zygote reaps its children and appends "pid exit-code"
 lines to WORKDIR/exits. It exits when its stdin closes (the notebook's process is gone).
+
+This module is also the notebook's side: `zygote()` starts (or returns) this process's zygote.
 """
+import atexit
+import gc
 import json
 import os
+import select
 import shutil
 import signal
+import subprocess
 import sys
+import tempfile
+import threading
+
+STAGES = {  # in order: what a process forked at that stage has loaded
+    "controller": ("ipyparallel.controller.app",),
+    "engine": (
+        "ipyparallel.engine.app",  # ipykernel, IPython, zmq, traitlets
+        "torch",
+        "torch._dynamo",  # DistributedDataParallel() imports it
+        "torch.distributed",
+        "torch.nn.parallel",
+        # what an engine would import on its own while it registers (measured: 0.2 s of CPU each,
+        # mostly ipykernel's debugger, i.e. debugpy)
+        "ipykernel.debugger", "IPython.core.completerlib", "IPython.core.oinspect", "IPython.extensions.storemagic",
+        "IPython.core.logger", "bdb", "tornado.gen", "tornado.queues", "tornado.platform.asyncio", "pydoc", "code",
+        "ddplab.rank",
+        "ddplab.probe",
+        "ddplab.workloads",
+    ),
+}
 
 
-def preload():
-    """What every engine needs before it can register, join the group and run DDP at once."""
-    import ipyparallel.controller.app  # noqa: F401
-    import ipyparallel.engine.app  # noqa: F401 - ipykernel, IPython, zmq, traitlets
-    import torch  # noqa: F401
-    import torch._dynamo  # noqa: F401 - DistributedDataParallel() imports it
-    import torch.distributed  # noqa: F401
-    import torch.nn.parallel  # noqa: F401
+def preload(stage=None, between=None):
+    """Import what processes forked at `stage` need (every stage up to it; default: all).
+    between(stage): called after each stage and each module of a later one."""
+    import importlib
 
-    import ddplab.rank  # noqa: F401
-    import ddplab.workloads  # noqa: F401
-
+    os.environ.setdefault("PYDEVD_DISABLE_FILE_VALIDATION", "1")  # debugpy's import-time warning, to our stderr
+    loaded = None
+    for name, modules in STAGES.items():
+        for module in modules:
+            importlib.import_module(module)
+            if between and loaded:
+                between(loaded)
+        loaded = name
+        if between:
+            between(loaded)
+        if name == stage:
+            return
 
 
 def _reap(exits_path):
@@ -52,6 +90,7 @@ def _reap(exits_path):
 def _become(request, inherited):
     """In the forked child: a fresh session, its environment and log, then ipengine/ipcontroller."""
     os.setsid()  # like ipyparallel's start_new_session: signals to the notebook do not reach it
+    gc.enable()  # for the fork's own objects; the zygote's were frozen: a full collection skips them
     for fd in inherited:
         os.close(fd)
     devnull = os.open(os.devnull, os.O_RDONLY)
@@ -59,8 +98,9 @@ def _become(request, inherited):
     log = os.open(request["output"], os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)  # the owner's only
     os.dup2(log, 1)
     os.dup2(log, 2)
-    os.close(devnull)
-    os.close(log)
+    for fd in (devnull, log):
+        if fd > 2:  # (with 0 and 1 closed above, they may have got those very numbers)
+            os.close(fd)
     signal.signal(signal.SIGCHLD, signal.SIG_DFL)
     signal.signal(signal.SIGINT, signal.default_int_handler)
     os.environ.clear()
@@ -70,6 +110,8 @@ def _become(request, inherited):
     random.seed()  # forks share the zygote's random state; separate processes would not
     if "numpy" in sys.modules:
         sys.modules["numpy"].random.seed()
+    if "ddplab.rank" in sys.modules:
+        sys.modules["ddplab.rank"].preloaded = frozenset(sys.modules)
     os.chdir(request["cwd"])
     main = request.get("main", "engine")
     if main == "controller":
@@ -96,24 +138,138 @@ def _become(request, inherited):
 
 
 def main(argv=None):
+    gc.disable()  # no collection leaves freed holes in pages the forks share (Python's gc docs: fork)
     workdir = (argv or sys.argv[1:])[0]
-    preload()
     exits = os.path.join(workdir, "exits")
     signal.signal(signal.SIGCHLD, _reap(exits))
     requests, replies = sys.stdin, sys.stdout
     inherited = [requests.fileno(), replies.fileno()]
-    replies.write(json.dumps({"ready": os.getpid()}) + "\n")
-    replies.flush()
-    for line in requests:
-        if not line.strip():
-            continue
+
+    def serve(line):
         request = json.loads(line)
+        gc.freeze()  # what is loaded stays out of the forks' collections: no copy-on-write of it, no time
         pid = os.fork()
         if pid == 0:
             _become(request, inherited)
         replies.write(json.dumps({"pid": pid}) + "\n")
         replies.flush()
+
+    said = []
+
+    def between(loaded):  # a stage is loaded: say so once; serve a request already waiting
+        if loaded not in said:
+            said.append(loaded)
+            replies.write(json.dumps({"ready": loaded, "pid": os.getpid()}) + "\n")
+            replies.flush()
+        if select.select([requests], [], [], 0)[0]:
+            line = requests.readline()  # for what is loaded already (one at most: see above)
+            if not line:
+                raise EOFError
+            if line.strip():
+                serve(line)
+
+    try:
+        preload(between=between)
+        for line in requests:
+            if line.strip():
+                serve(line)
+    except EOFError:
+        pass
     shutil.rmtree(workdir, ignore_errors=True)  # the notebook is gone: nobody else will
+
+
+# ---------------------------------------------------------------------------- the notebook's side
+_zygote = None
+_zygote_lock = threading.Lock()
+
+
+def zygote():
+    """This process's zygote, started if it is not running (it then imports in the background)."""
+    global _zygote
+    with _zygote_lock:
+        if _zygote is None or _zygote.proc.poll() is not None:
+            _zygote = Zygote()
+        return _zygote
+
+
+def running_zygote():
+    """The zygote if one runs, else None (never starts one)."""
+    return _zygote if _zygote is not None and _zygote.proc.poll() is None else None
+
+
+@atexit.register
+def stop_zygote():
+    global _zygote
+    with _zygote_lock:
+        if _zygote is not None:
+            _zygote.stop()
+            _zygote = None
+
+
+class Zygote:
+    """The notebook's handle on a zygote process: ask it to fork, read how its children ended.
+    Its folder (0700) holds the exit codes of what it forked."""
+
+    def __init__(self):
+        self.workdir = tempfile.mkdtemp(prefix="ddplab-zygote-")
+        # one thread while importing: each fork sets its own share (torch.set_num_threads)
+        env = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+        self.proc = subprocess.Popen([sys.executable, "-m", "ddplab.zygote", self.workdir], stdin=subprocess.PIPE,
+                                     stdout=subprocess.PIPE, text=True, env=env, start_new_session=True)
+        self.lock = threading.Lock()
+        self.stages = []  # the stages it has said are loaded
+
+    @property
+    def pid(self):
+        return self.proc.pid
+
+    def _reply(self):
+        """The next line from the zygote (a stage loaded, or a fork's pid), as a dict."""
+        line = self.proc.stdout.readline()
+        if not line:
+            raise RuntimeError(f"the engine fork server exited (code {self.proc.wait()})")
+        reply = json.loads(line)
+        if "ready" in reply:
+            self.stages.append(reply["ready"])
+        return reply
+
+    def wait_ready(self, stage="engine"):
+        """Block until the zygote has imported what `stage` needs (it may have started long ago)."""
+        with self.lock:
+            while stage not in self.stages:
+                self._reply()
+
+    def fork(self, main, env, cwd, output, args=()):
+        """A new process running ipyparallel's `main` ("engine" or "controller"); its pid."""
+        self.wait_ready(main)
+        request = {"main": main, "env": env, "cwd": cwd, "output": output, "args": list(args)}
+        with self.lock:
+            self.proc.stdin.write(json.dumps(request) + "\n")
+            self.proc.stdin.flush()
+            while True:
+                reply = self._reply()  # a later stage may say it is loaded before the zygote reads the request
+                if "pid" in reply and "ready" not in reply:
+                    return reply["pid"]
+
+    def exit_code(self, pid):
+        """How a forked process ended (negative: the signal), or None if not known (yet)."""
+        try:
+            with open(os.path.join(self.workdir, "exits")) as f:
+                for line in f:
+                    p, code = line.split()
+                    if int(p) == pid:
+                        return int(code)
+        except (OSError, ValueError):
+            pass
+        return None
+
+    def stop(self):
+        if self.proc.poll() is None:
+            self.proc.kill()
+        self.proc.wait(5)
+        for f in (self.proc.stdin, self.proc.stdout):
+            f.close()
+        shutil.rmtree(self.workdir, ignore_errors=True)
 
 
 if __name__ == "__main__":

@@ -102,7 +102,7 @@ def test_unload_and_interpreter_exit_stop_the_pool(tmp_path):
         import json
         from IPython.testing.globalipapp import start_ipython
         import ddplab
-        from ddplab.launcher import running_zygote
+        from ddplab.zygote import running_zygote
         from tests.conftest import alive
         lab = ddplab.Lab(2).start()                       # a pool of the Python API
         ip = start_ipython()
@@ -199,7 +199,7 @@ def test_when_the_kernel_dies_the_pool_ends_by_itself(tmp_path):
         lab = ddplab.Lab(2).start()
         lab.run("from torch.utils.data import DataLoader\\n"
                 "it = iter(DataLoader(range(8), num_workers=1, persistent_workers=True)); next(it)")
-        from ddplab.launcher import running_zygote
+        from ddplab.zygote import running_zygote
         print(json.dumps({"pids": lab.pids(), "reaper": lab.pool.reaper_pid, "dir": lab.pool.workdir,
                           "zygote": running_zygote().pid}), flush=True)
         time.sleep(600)

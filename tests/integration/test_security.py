@@ -110,7 +110,7 @@ def private_files(folder):
 
 
 def test_another_user_can_neither_run_code_nor_read_nor_disturb(intruder, pool, tcp_pool, capfd):
-    from ddplab.launcher import running_zygote
+    from ddplab.zygote import running_zygote
 
     pool.run("t = torch.ones(1)\ndist.all_reduce(t)")  # every listener is up (gloo's too)
     marker = f"/tmp/ddplab-pwned-{secrets.token_hex(4)}"

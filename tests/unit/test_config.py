@@ -71,13 +71,13 @@ def test_each_timeout_says_what_it_limits(ip):
 
 def test_unloading_ends_the_zygote_only_when_no_lab_uses_it(monkeypatch):
     import ddplab
-    import ddplab.launcher
+    import ddplab.zygote
     from ddplab import lab
 
     import weakref
 
     stopped = []
-    monkeypatch.setattr(ddplab.launcher, "stop_zygote", lambda: stopped.append(True))
+    monkeypatch.setattr(ddplab.zygote, "stop_zygote", lambda: stopped.append(True))
     monkeypatch.setattr(lab, "_running_labs", weakref.WeakSet())  # whatever pools this test session runs
 
     class Shell:
