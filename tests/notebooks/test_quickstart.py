@@ -1,5 +1,6 @@
 """The quickstart notebook, executed end to end by nbclient in a real kernel, the way Binder runs
 it (through binder/start), with the memory of the kernel and its pool measured: within Binder's 2 GB."""
+import datetime
 import json
 import pathlib
 import re
@@ -39,7 +40,11 @@ def test_quickstart_runs_end_to_end_within_binders_memory(tmp_path):
     assert errors == [] and result["errors"] == []
     print(f"kernel + pool of 4 after training: {result['peak_pss'] / 1e6:.0f} MB PSS")
     assert result["processes"] >= 4 and 0 < result["peak_pss"] < LIMIT
-    assert re.search(r"4 ranks ready in [\d.]+ s \(gloo, 1 thread", text_of(find(nb, "%ddp_start")))
+    start = find(nb, "%ddp_start")
+    reported = float(re.search(r"4 ranks ready in ([\d.]+) s \(gloo, 1 thread", text_of(start)).group(1))
+    took = (datetime.datetime.fromisoformat(start.metadata.execution["shell.execute_reply"])
+            - datetime.datetime.fromisoformat(start.metadata.execution["iopub.execute_input"])).total_seconds()
+    assert took - 0.5 <= reported <= took + 0.05, (reported, took)  # what the learner waited, not a part of it
     reduce_out = text_of(find(nb, "%%ddp\nt = "))
     assert [f"[rank {r}] {r} 4 6.0" in reduce_out for r in range(4)] == [True] * 4
     assert text_of(find(nb, "%ddp_gather t")) == "[tensor([6.]), tensor([6.]), tensor([6.]), tensor([6.])]"
