@@ -383,11 +383,11 @@ class LocalPool(Pool):
         return False if self.forked else is_gone(proc)
 
     def _exit_code(self, proc, wait=0.5):
-        from .zygote import zygote
-
         """The exit code of a dead local engine. Its parent reaps it: the zygote (which writes
         it down) or ipyparallel's launcher thread (psutil keeps it on that Process object;
         waiting here too would race that thread)."""
+        from .zygote import zygote
+
         deadline = time.monotonic() + wait
         while True:
             if self.forked:
