@@ -55,9 +55,9 @@ STAGES = {  # in order: what a process forked at that stage has loaded
 }
 
 
-def preload(stage=None, between=None):
-    """Import what processes forked at `stage` need (every stage up to it; default: all).
-    between(stage): called after each stage and each module of a later one."""
+def preload(between):
+    """Import every stage's modules, in order; between(stage), the last stage loaded, is called
+    after each stage and after each module of the next."""
     import importlib
 
     os.environ.setdefault("PYDEVD_DISABLE_FILE_VALIDATION", "1")  # debugpy's import-time warning, to our stderr
@@ -65,13 +65,10 @@ def preload(stage=None, between=None):
     for name, modules in STAGES.items():
         for module in modules:
             importlib.import_module(module)
-            if between and loaded:
+            if loaded:
                 between(loaded)
         loaded = name
-        if between:
-            between(loaded)
-        if name == stage:
-            return
+        between(loaded)
 
 
 def _reap(exits_path):
@@ -161,7 +158,7 @@ def main(argv=None):
     def between(loaded):  # a stage is loaded: say so once; serve a request already waiting
         if loaded not in said:
             said.append(loaded)
-            replies.write(json.dumps({"ready": loaded, "pid": os.getpid()}) + "\n")
+            replies.write(json.dumps({"ready": loaded}) + "\n")
             replies.flush()
         if select.select([requests], [], [], 0)[0]:
             line = requests.readline()  # for what is loaded already (one at most: see above)
@@ -171,7 +168,7 @@ def main(argv=None):
                 serve(line)
 
     try:
-        preload(between=between)
+        preload(between)
         for line in requests:
             if line.strip():
                 serve(line)
@@ -250,7 +247,7 @@ class Zygote:
             self.proc.stdin.flush()
             while True:
                 reply = self._reply()  # a later stage may say it is loaded before the zygote reads the request
-                if "pid" in reply and "ready" not in reply:
+                if "pid" in reply:
                     return reply["pid"]
 
     def exit_code(self, pid):
