@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from . import state as st
 from .errors import RankError, is_echo
 from .monitor import Monitor, Replies
+from .words import ranks_text
 
 
 @dataclass
@@ -147,14 +148,6 @@ def plan_recovery(outcome, result):
     errors = [o.error for o in result.outputs if o.error]
     return Recovery(reform=bool(outcome.closed) or outcome.mismatch is not None
                     or any(is_echo(e) or comm_error(e) for e in errors))
-
-
-def plural(n, word):
-    return f"{word}{'s' if n != 1 else ''}"
-
-
-def ranks_text(ranks):
-    return f"{plural(len(ranks), 'rank')} {', '.join(map(str, ranks))}"
 
 
 def recovery_notes(plan, world_size, escalate, seconds=0.0, stale=()):

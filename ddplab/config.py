@@ -20,6 +20,7 @@ from traitlets import Bool, Float, Int, Unicode, default
 from traitlets.config import SingletonConfigurable
 
 from .errors import BadRequest
+from .words import say
 
 LAUNCHERS = ("local", "local-spawn")  # local pools; any other name is an ipyparallel engine launcher
 ATTACHED = "attached"  # engines someone else started: --connect PATH or --profile NAME
@@ -126,6 +127,10 @@ class PoolConfig:
     @property
     def local(self):
         return self.launcher in LAUNCHERS
+
+    def say(self, en, zh):
+        """A message in the pool's language: config.say("stopped", "已停止")."""
+        return say(self.lang, en, zh)
 
     @property
     def attached(self):

@@ -16,7 +16,7 @@ from dataclasses import replace
 
 from . import cell
 from . import state as st
-from .cell import RankOutput, RunResult, plural, ranks_text
+from .cell import RankOutput, RunResult
 from .config import PoolConfig, tunables
 from .dashboard.view import View
 from .errors import (BadRequest, CellTimeout, CollectiveMismatch, NameMissing, PoolAlreadyRunning, PoolNotRunning,
@@ -26,6 +26,7 @@ from .monitor import Hooks
 from .pool import make_pool
 from .system import cores, default_ranks, is_gone, max_local_ranks
 from .telemetry import Live, Telemetry
+from .words import plural, ranks_text
 
 _running_labs = weakref.WeakSet()
 
@@ -202,19 +203,24 @@ class Lab:
         Returns a sentence saying which."""
         self._require_running()
         lost = sorted(self.find_lost())
+        say = self.config.say
         if lost and not everything:
             seconds = self.restart_ranks(lost, progress)
             kept = [r for r in range(self.world_size) if r not in lost]
-            return (f"restarted {ranks_text(lost)} in {seconds:.1f} s ({plural(len(lost), 'its')} variables "
-                    f"are gone; {ranks_text(kept)} kept theirs); group re-formed")
+            return say(f"restarted {ranks_text(lost)} in {seconds:.1f} s ({'its' if len(lost) == 1 else 'their'} "
+                       f"variables are gone; {ranks_text(kept)} kept theirs); group re-formed",
+                       f"已重启 {ranks_text(lost, 'zh')}，用时 {seconds:.1f} 秒（{'它' if len(lost) == 1 else '它们'}的变量"
+                       f"已丢失；{ranks_text(kept, 'zh')} 保留了各自的变量）；进程组已重新组建")
         if not self.pool.started_engines:  # engines started elsewhere: the same ones, emptied
             tic = time.perf_counter()
             self._view(list(range(self.world_size))).execute("%reset -f", block=True)
             self._form(tic + self.config.start_timeout, self._say(progress))
             self.start_seconds = time.perf_counter() - tic
-            return f"restarted: {self.ready_message()}; every rank's variables were cleared, the engines kept"
+            return say(f"restarted: {self.ready_message()}; every rank's variables were cleared, the engines kept",
+                       f"已重启：{self.ready_message()}；每个 rank 的变量都已清空，引擎保留")
         self.start_seconds = self.restart_ranks(range(self.world_size), progress)
-        return f"restarted: {self.ready_message()}; variables from before are gone"
+        return say(f"restarted: {self.ready_message()}; variables from before are gone",
+                   f"已重启：{self.ready_message()}；之前的变量都已丢失")
 
     def restart_ranks(self, ranks, progress=None):
         """Kill (if alive) and restart the engines of `ranks`, then re-form the group on all ranks."""
@@ -540,25 +546,30 @@ class Lab:
             raise BadRequest(f"slow needs a factor from 1 to 100 (how many times longer each step takes), got {factor!r}")
         if at_step is not None and (isinstance(at_step, bool) or not isinstance(at_step, int) or at_step < 0):
             raise BadRequest(f"the step must be a whole number >= 0, got {at_step!r}")
-        rs = self.run_state
+        rs, say = self.run_state, self.config.say
         if kind == "kill" and at_step is None:
             why = "its engine was killed (SIGKILL) by %ddp_fault kill"
             self.pool.kill(ranks, why)
             rs.fail(rank, why, lost=True)
             self.show("update")
-            return f"rank {rank} killed (SIGKILL); %ddp_restart brings it back"
+            return say(f"rank {rank} killed (SIGKILL); %ddp_restart brings it back",
+                       f"rank {rank} 已被终止（SIGKILL）；%ddp_restart 可以让它回来")
         spec = None if kind == "clear" else {"kind": kind, "at_step": at_step, "factor": factor}
         self._view(ranks).apply_sync(_set_fault, spec)
         if spec is None:
             self.faults.pop(rank, None)
             rs.ranks[rank].fault = None
-            text = f"rank {rank}: no fault drill"
+            text = say(f"rank {rank}: no fault drill", f"rank {rank}：没有故障演练")
         elif kind == "slow":
-            text = f"rank {rank} is a straggler: each step takes {factor:g}x as long (until %ddp_fault clear {rank})"
+            text = say(f"rank {rank} is a straggler: each step takes {factor:g}x as long (until %ddp_fault clear {rank})",
+                       f"rank {rank} 成了慢节点：每一步耗时变为原来的 {factor:g} 倍（直到 %ddp_fault clear {rank}）")
             rs.ranks[rank].fault = f"slow ×{factor:g}"
         else:
-            when = f"at step {at_step}" if at_step is not None else "at its next step"
-            text = f"rank {rank} will {'be killed (SIGKILL)' if kind == 'kill' else 'raise'} {when} (ddplab.log counts steps)"
+            when = (say(f"at step {at_step}", f"在第 {at_step} 步") if at_step is not None
+                    else say("at its next step", "在下一步"))
+            text = say(f"rank {rank} will {'be killed (SIGKILL)' if kind == 'kill' else 'raise'} {when} "
+                       "(ddplab.log counts steps)",
+                       f"rank {rank} 将{when}{'被终止（SIGKILL）' if kind == 'kill' else '抛出异常'}（步数由 ddplab.log 计数）")
             rs.ranks[rank].fault = f"{kind} {when}"
         if spec is not None:
             self.faults[rank] = spec

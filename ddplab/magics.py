@@ -15,6 +15,7 @@ from .dashboard.text import LiveOutput, Progress, TextView, in_notebook, show_re
 from .errors import CellTimeout, Interrupted, RankFailed, UsageProblem
 from .config import PoolConfig
 from .lab import Lab, default_ranks
+from .words import plural, ranks_text
 
 
 def parse_ranks(spec, world_size):
@@ -121,8 +122,12 @@ class DDPMagics(Magics):
         if args.timeout is not None and not math.isfinite(args.timeout):
             raise UsageError(f"--timeout {args.timeout}: give a number of seconds, e.g. --timeout 60")
         if self.lab is not None and self.lab.running:
-            print(f"ddplab: a pool of {self.lab.world_size} ranks is already running; nothing changed. "
-                  "Use %ddp_restart for a fresh pool, or %ddp_stop then %ddp_start N.", file=sys.stderr)
+            n = self.lab.world_size
+            print("ddplab: " + self.lab.config.say(
+                f"a pool of {n} ranks is already running; nothing changed. "
+                "Use %ddp_restart for a fresh pool, or %ddp_stop then %ddp_start N.",
+                f"已有一个 {n} 个 rank 的进程池在运行，什么也没有改变。要一个新的进程池用 %ddp_restart，"
+                "或者先 %ddp_stop 再 %ddp_start N。"), file=sys.stderr)
             return
         config = _usage(PoolConfig.make, args.ranks, args.timeout, args.threads, lang=args.lang,
                         dashboard=False if args.no_dashboard else None, launcher=args.engines,
@@ -139,8 +144,8 @@ class DDPMagics(Magics):
             lab.view.show()
             lab.show("update")
         lab.start_seconds = time.perf_counter() - tic  # what the user waited, the dashboard's making too
-        message = lab.ready_message() + ("；用 %%ddp 在每个 rank 上运行代码" if lab.config.lang == "zh"
-                                         else "; run code on every rank with %%ddp")
+        message = lab.ready_message() + lab.config.say("; run code on every rank with %%ddp",
+                                                       "；用 %%ddp 在每个 rank 上运行代码")
         if progress is not None:
             progress.done(message)
         else:
@@ -166,9 +171,9 @@ class DDPMagics(Magics):
             _usage(lab.run, cell, ranks, timeout=args.timeout, background=True)
             lab.view.show()  # the live dashboard, here: it goes on updating while other cells run
             n = len(ranks or range(lab.world_size))
-            print(f"ddplab: 在后台的 {n} 个 rank 上运行；%ddp_wait 显示它的输出，%ddp_interrupt 停止它"
-                  if lab.config.lang == "zh" else
-                  f"ddplab: running in the background on {n} ranks; %ddp_wait shows its output, %ddp_interrupt stops it")
+            print("ddplab: " + lab.config.say(
+                f"running in the background on {n} ranks; %ddp_wait shows its output, %ddp_interrupt stops it",
+                f"在后台的 {n} 个 rank 上运行；%ddp_wait 显示它的输出，%ddp_interrupt 停止它"))
             return
         self._show_run(lab, lambda: _usage(lab.run, cell, ranks, timeout=args.timeout))
 
@@ -191,7 +196,9 @@ class DDPMagics(Magics):
             raise UsageError("%ddp_interrupt takes no arguments")
         lab = self._lab()
         lab.interrupt()
-        print("ddplab: every rank was sent SIGINT" + ("; %ddp_wait shows how the cell ended" if lab.background else ""))
+        say = lab.config.say
+        print("ddplab: " + say("every rank was sent SIGINT", "已向每个 rank 发送 SIGINT")
+              + (say("; %ddp_wait shows how the cell ended", "；%ddp_wait 显示这个单元格是怎样结束的") if lab.background else ""))
 
     @magic_arguments()
     @argument("name", help="the knob's name, read by rank code as ddplab.knob(name, default)")
@@ -254,8 +261,10 @@ class DDPMagics(Magics):
             print("ddplab: no pool is running; start one with %ddp_start")
             return
         lab = self.lab
-        print(f"{lab.world_size} ranks, backend gloo, rendezvous {lab.rendezvous}, "
-              f"collective timeout {lab.timeout:g} s, started in {lab.start_seconds:.1f} s")
+        print(lab.config.say(f"{lab.world_size} ranks, backend gloo, rendezvous {lab.rendezvous}, "
+                             f"collective timeout {lab.timeout:g} s, started in {lab.start_seconds:.1f} s",
+                             f"{lab.world_size} 个 rank，后端 gloo，rendezvous {lab.rendezvous}，"
+                             f"集合通信超时 {lab.timeout:g} 秒，启动用时 {lab.start_seconds:.1f} 秒"))
         cols = ("rank", "engine", "pid", "host", "address", "threads", "state")
         rows = [[str(row[c]) for c in cols] for row in lab.status()]
         widths = [max(len(c), *(len(r[i]) for r in rows)) for i, c in enumerate(cols)]
@@ -269,14 +278,17 @@ class DDPMagics(Magics):
     def ddp_history(self, line):
         """Every point every rank logged with ddplab.log(...), exactly: h = %ddp_history"""
         args = _parse(self.ddp_history, line)
-        history = _usage(self._lab().history)
+        lab = self._lab()
+        history = _usage(lab.history)
         if args.csv is None:
             return history
         try:
             n = history.to_csv(args.csv)
         except OSError as exc:
             raise UsageError(f"cannot write {args.csv}: {exc.strerror}") from None
-        print(f"ddplab: wrote {n} points to {args.csv} (columns: {', '.join(history.columns())})")
+        columns = ", ".join(history.columns())
+        print("ddplab: " + lab.config.say(f"wrote {n} points to {args.csv} (columns: {columns})",
+                                          f"已把 {n} 个数据点写入 {args.csv}（列：{columns}）"))
 
     @magic_arguments()
     @argument("--all", action="store_true", help="restart every rank, even if only some were lost")
@@ -315,14 +327,14 @@ class DDPMagics(Magics):
         lab = self._lab()
         if args.kind is None:
             if not lab.faults:
-                print("ddplab: no fault drills set")
+                print("ddplab: " + lab.config.say("no fault drills set", "没有设置故障演练"))
             for r, spec in sorted(lab.faults.items()):
                 print(f"rank {r}: {lab.run_state.ranks[r].fault}")
             return
         if args.kind == "clear" and args.rank is None:
             for r in sorted(lab.faults):
                 _usage(lab.fault, "clear", r)
-            print("ddplab: every fault drill cleared")
+            print("ddplab: " + lab.config.say("every fault drill cleared", "所有故障演练都已清除"))
             return
         if args.rank is None:
             raise UsageError(f"%ddp_fault {args.kind} needs a rank, e.g. %ddp_fault {args.kind} 1")
@@ -348,7 +360,8 @@ class DDPMagics(Magics):
         args = _parse(self.ddp_debug, line)
         lab = self._lab()
         rank, header = _usage(lab.debug_start, args.rank)
-        print(f"ddplab: pdb on rank {rank}: {header.rstrip()}")
+        header = header.rstrip()
+        print("ddplab: " + lab.config.say(f"pdb on rank {rank}: {header}", f"在 rank {rank} 上运行 pdb：{header}"))
         try:
             if args.command:
                 for command in map(_unquote, args.command):
@@ -378,15 +391,18 @@ class DDPMagics(Magics):
         args = _parse(self.ddp_check, line)
         lab = self._lab()
         found = _usage(lab.check, args.names or None)
+        say, zh = lab.config.say, lab.config.lang
         if not found:
-            print("ddplab: no nn.Module on the ranks to compare")
+            print("ddplab: " + say("no nn.Module on the ranks to compare", "rank 上没有可以比较的 nn.Module"))
         for name, differ in found.items():
             if differ:
-                print(f"ddplab: {name}: rank{'s' if len(differ) > 1 else ''} {', '.join(map(str, differ))} "
-                      f"differ{'' if len(differ) > 1 else 's'} from rank 0: the ranks' parameters drifted apart "
-                      "(not wrapped in DDP? a step taken on some ranks only?)")
+                print(f"ddplab: {name}: " + say(
+                    f"{ranks_text(differ)} differ{'' if len(differ) > 1 else 's'} from rank 0: the ranks' parameters "
+                    "drifted apart (not wrapped in DDP? a step taken on some ranks only?)",
+                    f"{ranks_text(differ, zh)} 与 rank 0 不同：各 rank 的参数已经不一致（没有用 DDP 包装？"
+                    "有一步只在部分 rank 上执行了？）"))
             else:
-                print(f"ddplab: {name}: identical on every rank")
+                print(f"ddplab: {name}: " + say("identical on every rank", "每个 rank 上都相同"))
         return {name: differ for name, differ in found.items()} if not in_notebook() else None
 
     @magic_arguments()
@@ -406,8 +422,9 @@ class DDPMagics(Magics):
             n = _usage(lab.export, args.path)
         except OSError as exc:
             raise UsageError(f"cannot write {args.path}: {exc.strerror}") from None
-        print(f"ddplab: wrote {n} cell{'s' if n != 1 else ''} to {args.path}; run it with "
-              f"torchrun --standalone --nproc_per_node {lab.world_size} {args.path}")
+        run = f"torchrun --standalone --nproc_per_node {lab.world_size} {args.path}"
+        print("ddplab: " + lab.config.say(f"wrote {n} {plural(n, 'cell')} to {args.path}; run it with {run}",
+                                          f"已把 {n} 个单元格写入 {args.path}；这样运行它：{run}"))
 
     @magic_arguments()
     @argument("--shutdown", action="store_true",
@@ -430,12 +447,15 @@ class DDPMagics(Magics):
             n -= len(lost)
         lab.stop(shutdown=args.shutdown)
         seconds = time.perf_counter() - tic
+        say = lab.config.say
         if not attached:
-            print(f"ddplab: 已停止 {n} 个 rank，用时 {seconds:.1f} 秒" if lab.config.lang == "zh"
-                  else f"ddplab: stopped {n} ranks in {seconds:.1f} s")
+            print("ddplab: " + say(f"stopped {n} ranks in {seconds:.1f} s", f"已停止 {n} 个 rank，用时 {seconds:.1f} 秒"))
         elif args.shutdown:
-            print(f"ddplab: left the group and shut down its {n} engines and their controller in {seconds:.1f} s")
+            print("ddplab: " + say(f"left the group and shut down its {n} engines and their controller in {seconds:.1f} s",
+                                   f"已离开进程组，并关闭了它的 {n} 个引擎及其控制器，用时 {seconds:.1f} 秒"))
         else:
-            print(f"ddplab: left the group in {seconds:.1f} s; the {n} engines (started elsewhere, on "
-                  f"{', '.join(hosts)}) keep running: %ddp_start --connect groups them again, "
-                  "%ddp_stop --shutdown stops them")
+            print("ddplab: " + say(
+                f"left the group in {seconds:.1f} s; the {n} engines (started elsewhere, on {', '.join(hosts)}) keep "
+                "running: %ddp_start --connect groups them again, %ddp_stop --shutdown stops them",
+                f"已离开进程组，用时 {seconds:.1f} 秒；这 {n} 个引擎（在别处启动，位于 {'、'.join(hosts)}）仍在运行："
+                "%ddp_start --connect 会把它们重新组成进程组，%ddp_stop --shutdown 会停止它们"))

@@ -24,6 +24,7 @@ import psutil
 from .config import tunables
 from .errors import BadRequest, StartFailed
 from .system import exit_reason, is_gone, kill, loopback_interface, wait_gone
+from .words import plural
 
 log = logging.getLogger("ddplab.ipyparallel")  # what ipyparallel logs about the pool (DDPLab.debug)
 
@@ -84,10 +85,6 @@ def private(folder):
                 os.chmod(os.path.join(root, name), 0o600)
             except OSError:  # a file that went away (a socket closed, a rename)
                 pass
-
-
-def plural(n, word):
-    return f"{word}{'s' if n != 1 else ''}"
 
 
 class Pool:

@@ -51,6 +51,9 @@ def check_lesson(kernel, name, lang):
         assert "## Exercises" not in "\n".join(markdown)
         widgets = json.dumps(nb.metadata.get("widgets", {}), ensure_ascii=False)
         assert "损失" in widgets and "样本/秒" in widgets
+        english = [line for c in code for o in c.outputs for line in o.get("text", "").splitlines()
+                   if line.startswith("ddplab: ") and not CJK.search(line)]  # what ddplab itself said
+        assert english == [], f"{name}: ddplab spoke English in the Chinese edition: {english[:3]}"
     # uses the pool, shows at least one picture, and leaves nothing running
     sources = "\n".join(c.source for c in code)
     assert "%ddp_start" in sources and "%%ddp" in sources
