@@ -276,12 +276,14 @@ class LocalPool(Pool):
         engines = {"local": ForkedEngineSetLauncher, "local-spawn": "local"}.get(self.launcher, self.launcher)
         where = dict(profile=self.profile, load_profile=True) if self.profile else dict(
             profile_dir=self.workdir, config=Config(), load_profile=False)
+        beat = tunables().heartbeat_ms
         return ipp.Cluster(
             **where, cluster_id=f"ddplab-{os.getpid()}-{id(self)}" if self.profile else "ddplab",
             log=log, shutdown_atexit=False, engines=engines,
             controller=ForkedControllerLauncher if self.forked else "local",
             **({"controller_ip": "127.0.0.1"} if self.local else {}),
-            controller_args=[f"--HeartMonitor.period={tunables().heartbeat_ms}"])
+            controller_args=[f"--HeartMonitor.period={beat}",
+                             f"--HeartMonitor.max_heartmonitor_misses={max(10, -(-2000 // beat))}"])
 
     def _add_engines(self, n, deadline, say):
         known = set(self.client.ids)
