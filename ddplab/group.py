@@ -55,7 +55,7 @@ class Group:
         self.generation += 1
         where = self.rendezvous()
         if say:
-            say(f"starting {n} ranks: forming the gloo group")
+            say(f"starting {n} ranks: forming the gloo group", f"正在启动 {n} 个 rank：组建 gloo 进程组")
         address, key = (self.telemetry.address, self.telemetry.key) if self.telemetry else (None, b"")
         threads = pool.threads_per_rank(cfg.threads)
         ifnames = [f["ifname"] for f in pool.facts] if pool.facts else [None] * n

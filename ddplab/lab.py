@@ -113,7 +113,8 @@ class Lab:
 
     # ------------------------------------------------------------------ lifecycle
     def _say(self, progress):
-        def say(message):
+        def say(en, zh=None):  # a progress message, in the pool's language when one is given
+            message = self.config.say(en, zh or en)
             self.run_state.message = message
             self.run_state.touch()
             if progress is not None:

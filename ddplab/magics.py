@@ -91,7 +91,7 @@ class DDPMagics(Magics):
                    "fails it (default 30; DDPLab.timeout). Not a limit on cells: that is %%%%ddp --timeout")
     @argument("--threads", type=int, default=None,
               help="torch threads per rank (default: the host's cores // its ranks, at least 1)")
-    @argument("--lang", choices=("en", "zh"), default=None, help="dashboard labels: en or zh (中文)")
+    @argument("--lang", choices=("en", "zh"), default=None, help="dashboard labels and messages: en or zh (中文)")
     @argument("--no-dashboard", action="store_true", help="no live dashboard (text output only)")
     @argument("--connect", metavar="PATH", default=None,
               help="attach to the engines of a running controller, through its ipcontroller-client.json")

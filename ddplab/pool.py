@@ -95,7 +95,8 @@ class Pool:
     lost(ranks) -> {rank: Lost}               kill(ranks, why)      interrupt(ranks)
     pids() -> every process of the pool       stop()
     plus client (ipyparallel's Client), workdir (the pool's private 0700 folder) and local
-    (every engine on this machine: gloo and telemetry stay on loopback).
+    (every engine on this machine: gloo and telemetry stay on loopback). say(en, zh) reports
+    progress, in the pool's language.
     """
 
     client = None
@@ -204,7 +205,7 @@ class Pool:
                 return sorted(new)[:n]
             if len(new) != seen:
                 seen = len(new)
-                say(f"starting {n} {plural(n, 'engine')}: {len(new)}/{n} up")
+                say(f"starting {n} {plural(n, 'engine')}: {len(new)}/{n} up", f"正在启动 {n} 个引擎：{len(new)}/{n} 已就绪")
             check()
             if time.perf_counter() > deadline:
                 waiting.cancel()
@@ -256,7 +257,7 @@ class LocalPool(Pool):
         if self.forked:
             zygote()  # usually started at %load_ext ddplab, and warm since
         self.cluster = self.make_cluster()
-        say(f"starting {n} ranks: controller ...")
+        say(f"starting {n} ranks: controller ...", f"正在启动 {n} 个 rank：控制器……")
         self.cluster.start_controller_sync()
         self.client = self.cluster.connect_client_sync()
         self.dropped = guard_client(self.client)
@@ -493,7 +494,7 @@ class AttachedPool(Pool):
         import ipyparallel as ipp
 
         self.workdir = tempfile.mkdtemp(prefix="ddplab-")
-        say(f"attaching to the engines of {self.describe()} ...")
+        say(f"attaching to the engines of {self.describe()} ...", f"正在连接 {self.describe()} 的引擎……")
         try:
             if self.connect:
                 # (the path goes first: ipyparallel 9.2 ignores its url_file= keyword)

@@ -98,6 +98,12 @@ def test_check_names_the_ranks_whose_model_drifted(ip, pool, capsys):
     assert pool.check(["net"]) == {"net": [1, 3]}
     ip.run_line_magic("ddp_check", "net")
     assert "net: ranks 1, 3 differ from rank 0" in capsys.readouterr().out
+    en, pool.config = pool.config, replace(pool.config, lang="zh")
+    try:
+        ip.run_line_magic("ddp_check", "net")
+        assert "net: rank 1、3 与 rank 0 不同" in capsys.readouterr().out
+    finally:
+        pool.config = en
     with pytest.raises(UsageError, match="not an nn.Module"):
         ip.run_line_magic("ddp_check", "no_such_model")
 

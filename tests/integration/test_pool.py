@@ -1,6 +1,7 @@
 """The core loop on a real 4-rank gloo pool, driven through the magics and through Lab."""
 import os
 import re
+from dataclasses import replace
 
 import pytest
 from IPython.core.error import UsageError
@@ -203,6 +204,14 @@ def test_restart_gives_a_fresh_full_group(ip, pool, capsys):
     ddp(ip, "print('leftover' in globals())\nt = torch.ones(1); dist.all_reduce(t)")
     assert "[rank 3] False" in capsys.readouterr().out
     assert [t.item() for t in ip.run_line_magic("ddp_gather", "t")] == [4.0] * 4
+    en, pool.config = pool.config, replace(pool.config, lang="zh")  # a pool that speaks Chinese says so throughout
+    try:
+        ip.run_line_magic("ddp_restart", "")
+        out = capsys.readouterr().out
+        assert "已重启：4 个 rank 已就绪" in out, out
+        assert pool.run_state.message == "正在启动 4 个 rank：组建 gloo 进程组"  # its last progress line, as the dashboard shows it
+    finally:
+        pool.config = en
 
 
 def test_history_has_every_step_of_every_rank(ip, pool, capsys, tmp_path):
