@@ -136,6 +136,28 @@ def _signature(w):
     return (w["op"], w.get("group"), tuple(w.get("shape") or ()), w.get("dtype"))
 
 
+def _entered_by_all(w, members, wheres, running, finished, calls):
+    """Whether every member of w's group entered the very collective w waits in (the same k-th one,
+    op, group, shape and dtype): the ranks that finished went through it, so it is not stuck, only
+    late to say so (a slow rank, a busy machine). Shapes that differ are a mismatch, even when gloo
+    lets some ranks through."""
+    k = w.get("calls")
+    if k is None:
+        return False
+    for q in members:
+        if q in finished:
+            c = calls.get(q) or {}
+            if c.get("calls") != k or not c.get("last") or _signature(c["last"]) != _signature(w):
+                return False
+        elif q in running:
+            v = wheres.get(q) or {}
+            if not v.get("op") or v.get("calls") != k or _signature(v) != _signature(w):
+                return False
+        else:
+            return False
+    return True
+
+
 def mismatch(wheres, running, finished, world_size, lang="en", cell_ranks=None, calls=None):
     """A Mismatch if ranks wait in collectives that can never finish, else None.
 
@@ -157,6 +179,8 @@ def mismatch(wheres, running, finished, world_size, lang="en", cell_ranks=None, 
             return Mismatch(t["absent"].format(who=who(same, lang), wait=_wait(same, lang), call=call(w, lang),
                                                peers=who(absent, lang)), same + absent)
         gone = sorted(members & set(finished))
+        if gone and _entered_by_all(w, members, wheres, running, finished, calls):
+            continue  # peers finished this very collective: it completes here too (the report is a moment old)
         if gone and (w.get("since") or 0) >= SKIPPED:
             k = w.get("calls")
             if k is not None and w["since"] < SKIPPED + 3 and any(

@@ -97,3 +97,16 @@ def test_every_hint_in_both_languages():
     for key in HINTS:
         en, zh = hint_text(key, "en", ms=40), hint_text(key, "zh", ms=40)
         assert en and zh and en != zh and "\n" not in en
+
+
+def test_a_rank_late_to_say_it_left_a_collective_its_peers_finished_is_not_a_mismatch():
+    """Rank 0 slept 4 s before an all_reduce; ranks 1-3 waited in it. Ranks 0, 2, 3 finished; rank 1,
+    on a busy machine, has not said so yet: its last report still has it waiting, 4 s in."""
+    calls = {r: {"calls": 1, "last": waiting("all_reduce", 5)} for r in (0, 2, 3)}
+    late = dict(waiting("all_reduce", 5, since=4.2), calls=1)
+    assert mismatch({1: late}, [1], [0, 2, 3], 4, calls=calls) is None
+    # a peer that went through another shape, or another collective, is still a mismatch
+    other = {**calls, 3: {"calls": 1, "last": waiting("all_reduce", 5, shape=(2,))}}
+    assert mismatch({1: late}, [1], [0, 2, 3], 4, calls=other) is not None
+    other = {**calls, 3: {"calls": 1, "last": waiting("broadcast", 5)}}
+    assert mismatch({1: late}, [1], [0, 2, 3], 4, calls=other) is not None
