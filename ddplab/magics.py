@@ -62,6 +62,11 @@ def _unquote(text):
     return text
 
 
+def _tell(lab, en, zh, file=None):
+    """Print one "ddplab: ..." line in the pool's language."""
+    print("ddplab: " + lab.config.say(en, zh), file=file)
+
+
 def _usage(fn, *args, **kwargs):
     """Call fn; turn a ddplab error about the request into a one-line UsageError."""
     try:
@@ -123,11 +128,11 @@ class DDPMagics(Magics):
             raise UsageError(f"--timeout {args.timeout}: give a number of seconds, e.g. --timeout 60")
         if self.lab is not None and self.lab.running:
             n = self.lab.world_size
-            print("ddplab: " + self.lab.config.say(
-                f"a pool of {n} ranks is already running; nothing changed. "
-                "Use %ddp_restart for a fresh pool, or %ddp_stop then %ddp_start N.",
-                f"已有一个 {n} 个 rank 的进程池在运行，什么也没有改变。要一个新的进程池用 %ddp_restart，"
-                "或者先 %ddp_stop 再 %ddp_start N。"), file=sys.stderr)
+            _tell(self.lab,
+                  f"a pool of {n} ranks is already running; nothing changed. "
+                  "Use %ddp_restart for a fresh pool, or %ddp_stop then %ddp_start N.",
+                  f"已有一个 {n} 个 rank 的进程池在运行，什么也没有改变。要一个新的进程池用 %ddp_restart，"
+                  "或者先 %ddp_stop 再 %ddp_start N。", file=sys.stderr)
             return
         config = _usage(PoolConfig.make, args.ranks, args.timeout, args.threads, lang=args.lang,
                         dashboard=False if args.no_dashboard else None, launcher=args.engines,
@@ -171,9 +176,8 @@ class DDPMagics(Magics):
             _usage(lab.run, cell, ranks, timeout=args.timeout, background=True)
             lab.view.show()  # the live dashboard, here: it goes on updating while other cells run
             n = len(ranks or range(lab.world_size))
-            print("ddplab: " + lab.config.say(
-                f"running in the background on {n} ranks; %ddp_wait shows its output, %ddp_interrupt stops it",
-                f"在后台的 {n} 个 rank 上运行；%ddp_wait 显示它的输出，%ddp_interrupt 停止它"))
+            _tell(lab, f"running in the background on {n} ranks; %ddp_wait shows its output, %ddp_interrupt stops it",
+                  f"在后台的 {n} 个 rank 上运行；%ddp_wait 显示它的输出，%ddp_interrupt 停止它")
             return
         self._show_run(lab, lambda: _usage(lab.run, cell, ranks, timeout=args.timeout))
 
@@ -196,9 +200,11 @@ class DDPMagics(Magics):
             raise UsageError("%ddp_interrupt takes no arguments")
         lab = self._lab()
         lab.interrupt()
-        say = lab.config.say
-        print("ddplab: " + say("every rank was sent SIGINT", "已向每个 rank 发送 SIGINT")
-              + (say("; %ddp_wait shows how the cell ended", "；%ddp_wait 显示这个单元格是怎样结束的") if lab.background else ""))
+        if lab.background:
+            _tell(lab, "every rank was sent SIGINT; %ddp_wait shows how the cell ended",
+                  "已向每个 rank 发送 SIGINT；%ddp_wait 显示这个单元格是怎样结束的")
+        else:
+            _tell(lab, "every rank was sent SIGINT", "已向每个 rank 发送 SIGINT")
 
     @magic_arguments()
     @argument("name", help="the knob's name, read by rank code as ddplab.knob(name, default)")
@@ -287,8 +293,8 @@ class DDPMagics(Magics):
         except OSError as exc:
             raise UsageError(f"cannot write {args.csv}: {exc.strerror}") from None
         columns = ", ".join(history.columns())
-        print("ddplab: " + lab.config.say(f"wrote {n} points to {args.csv} (columns: {columns})",
-                                          f"已把 {n} 个数据点写入 {args.csv}（列：{columns}）"))
+        _tell(lab, f"wrote {n} points to {args.csv} (columns: {columns})",
+              f"已把 {n} 个数据点写入 {args.csv}（列：{columns}）")
 
     @magic_arguments()
     @argument("--all", action="store_true", help="restart every rank, even if only some were lost")
@@ -327,14 +333,14 @@ class DDPMagics(Magics):
         lab = self._lab()
         if args.kind is None:
             if not lab.faults:
-                print("ddplab: " + lab.config.say("no fault drills set", "没有设置故障演练"))
+                _tell(lab, "no fault drills set", "没有设置故障演练")
             for r, spec in sorted(lab.faults.items()):
                 print(f"rank {r}: {lab.run_state.ranks[r].fault}")
             return
         if args.kind == "clear" and args.rank is None:
             for r in sorted(lab.faults):
                 _usage(lab.fault, "clear", r)
-            print("ddplab: " + lab.config.say("every fault drill cleared", "所有故障演练都已清除"))
+            _tell(lab, "every fault drill cleared", "所有故障演练都已清除")
             return
         if args.rank is None:
             raise UsageError(f"%ddp_fault {args.kind} needs a rank, e.g. %ddp_fault {args.kind} 1")
@@ -361,7 +367,7 @@ class DDPMagics(Magics):
         lab = self._lab()
         rank, header = _usage(lab.debug_start, args.rank)
         header = header.rstrip()
-        print("ddplab: " + lab.config.say(f"pdb on rank {rank}: {header}", f"在 rank {rank} 上运行 pdb：{header}"))
+        _tell(lab, f"pdb on rank {rank}: {header}", f"在 rank {rank} 上运行 pdb：{header}")
         try:
             if args.command:
                 for command in map(_unquote, args.command):
@@ -391,15 +397,15 @@ class DDPMagics(Magics):
         args = _parse(self.ddp_check, line)
         lab = self._lab()
         found = _usage(lab.check, args.names or None)
-        say, zh = lab.config.say, lab.config.lang
+        say, lang = lab.config.say, lab.config.lang
         if not found:
-            print("ddplab: " + say("no nn.Module on the ranks to compare", "rank 上没有可以比较的 nn.Module"))
+            _tell(lab, "no nn.Module on the ranks to compare", "rank 上没有可以比较的 nn.Module")
         for name, differ in found.items():
             if differ:
                 print(f"ddplab: {name}: " + say(
                     f"{ranks_text(differ)} differ{'' if len(differ) > 1 else 's'} from rank 0: the ranks' parameters "
                     "drifted apart (not wrapped in DDP? a step taken on some ranks only?)",
-                    f"{ranks_text(differ, zh)} 与 rank 0 不同：各 rank 的参数已经不一致（没有用 DDP 包装？"
+                    f"{ranks_text(differ, lang)} 与 rank 0 不同：各 rank 的参数已经不一致（没有用 DDP 包装？"
                     "有一步只在部分 rank 上执行了？）"))
             else:
                 print(f"ddplab: {name}: " + say("identical on every rank", "每个 rank 上都相同"))
@@ -423,8 +429,8 @@ class DDPMagics(Magics):
         except OSError as exc:
             raise UsageError(f"cannot write {args.path}: {exc.strerror}") from None
         run = f"torchrun --standalone --nproc_per_node {lab.world_size} {args.path}"
-        print("ddplab: " + lab.config.say(f"wrote {n} {plural(n, 'cell')} to {args.path}; run it with {run}",
-                                          f"已把 {n} 个单元格写入 {args.path}；这样运行它：{run}"))
+        _tell(lab, f"wrote {n} {plural(n, 'cell')} to {args.path}; run it with {run}",
+              f"已把 {n} 个单元格写入 {args.path}；这样运行它：{run}")
 
     @magic_arguments()
     @argument("--shutdown", action="store_true",
@@ -447,15 +453,14 @@ class DDPMagics(Magics):
             n -= len(lost)
         lab.stop(shutdown=args.shutdown)
         seconds = time.perf_counter() - tic
-        say = lab.config.say
         if not attached:
-            print("ddplab: " + say(f"stopped {n} ranks in {seconds:.1f} s", f"已停止 {n} 个 rank，用时 {seconds:.1f} 秒"))
+            _tell(lab, f"stopped {n} ranks in {seconds:.1f} s", f"已停止 {n} 个 rank，用时 {seconds:.1f} 秒")
         elif args.shutdown:
-            print("ddplab: " + say(f"left the group and shut down its {n} engines and their controller in {seconds:.1f} s",
-                                   f"已离开进程组，并关闭了它的 {n} 个引擎及其控制器，用时 {seconds:.1f} 秒"))
+            _tell(lab, f"left the group and shut down its {n} engines and their controller in {seconds:.1f} s",
+                  f"已离开进程组，并关闭了它的 {n} 个引擎及其控制器，用时 {seconds:.1f} 秒")
         else:
-            print("ddplab: " + say(
+            _tell(lab,
                 f"left the group in {seconds:.1f} s; the {n} engines (started elsewhere, on {', '.join(hosts)}) keep "
                 "running: %ddp_start --connect groups them again, %ddp_stop --shutdown stops them",
                 f"已离开进程组，用时 {seconds:.1f} 秒；这 {n} 个引擎（在别处启动，位于 {'、'.join(hosts)}）仍在运行："
-                "%ddp_start --connect 会把它们重新组成进程组，%ddp_stop --shutdown 会停止它们"))
+                "%ddp_start --connect 会把它们重新组成进程组，%ddp_stop --shutdown 会停止它们")
