@@ -49,9 +49,10 @@ class DDPLab(SingletonConfigurable):
                                "is killed and restarted.").tag(config=True)
     look_every = Float(0.25, help="Seconds between looks for dead engines while a cell runs.").tag(config=True)
     watch_every = Float(1.0, help="Seconds between looks for dead engines while no cell runs.").tag(config=True)
-    heartbeat_ms = Int(100, help="The controller's heartbeat (ms): a new engine counts as registered one to two "
-                                 "beats after it connects (ipyparallel's default, 3000, makes a start wait); an engine "
-                                 "silent for 2 s of beats is dropped, as at ipyparallel's 10 misses of 200 ms.").tag(config=True)
+    heartbeat_ms = Int(100, help="The controller's heartbeat (ms): a new engine counts as registered at its first "
+                                 "pong (a local pool), or one to two beats after it (ipyparallel's default, 3000, "
+                                 "makes a start wait); an engine silent for 2 s of beats is dropped, as at "
+                                 "ipyparallel's 10 misses of 200 ms.").tag(config=True)
 
     # --- the machine and diagnostics
     cores = Int(help="CPUs the pool may use (0: the affinity mask, capped by a container's CPU quota). "

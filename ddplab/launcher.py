@@ -43,7 +43,9 @@ class ForkedControllerLauncher(_Forked, LocalControllerLauncher):
 class ForkedEngineLauncher(_Forked, LocalEngineLauncher):
     """One engine, forked. No nanny process: for a local pool the Lab signals engines and notices
     their death by pid itself, and a nanny (a fresh Python process) would cost each engine about
-    a second of start-up."""
+    a second of start-up. Nor does the engine watch the controller's pings (a Python wake-up per
+    ping: 3.8% of a core for 4 idle engines at 0.1 s beats, 1.6% without): the Lab and the reaper
+    end local engines, where a remote engine needs the pings to notice its controller is gone."""
 
     main = "engine"
 
@@ -52,7 +54,8 @@ class ForkedEngineLauncher(_Forked, LocalEngineLauncher):
         return self.engine_cmd
 
     def find_args(self):
-        return [*super().find_args(), "--IPEngine.enable_nanny=False"]
+        return [*super().find_args(), "--IPEngine.enable_nanny=False",
+                "--IPEngine.max_heartbeat_misses=0"]
 
 
 class ForkedEngineSetLauncher(LocalEngineSetLauncher):

@@ -120,6 +120,8 @@ def _become(request, inherited):
     try:
         if main == "controller":
             from ipyparallel.controller.app import main
+
+            count_new_hearts_at_once()
         else:
             from ipyparallel.engine.app import main
         main()
@@ -134,6 +136,23 @@ def _become(request, inherited):
         sys.stdout.flush()
         sys.stderr.flush()
         os._exit(code)
+
+
+def count_new_hearts_at_once():
+    """In the controller: count an engine's heart as soon as its first pong arrives. ipyparallel's
+    HeartMonitor counts new hearts only at the next beat (its registration completes then), so
+    every engine waited one to two beats. Its heart monitor runs in a process forked from the
+    controller, so patching the class here reaches it. ipyparallel 9.2 (pinned)."""
+    from ipyparallel.controller.heartmonitor import HeartMonitor
+
+    handle_pong = HeartMonitor.handle_pong
+
+    def handle_pong_counting_new(self, msg):
+        handle_pong(self, msg)
+        if msg[0] in self.responses and msg[0] not in self.hearts:
+            self.handle_new_hearts({msg[0]})  # adds it to self.hearts and tells the hub
+
+    HeartMonitor.handle_pong = handle_pong_counting_new
 
 
 def main(argv=None):

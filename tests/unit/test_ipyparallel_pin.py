@@ -23,3 +23,41 @@ def test_async_result_keeps_one_future_and_one_metadata_dict_per_engine():
     source = inspect.getsource(AsyncResult.__init__)
     assert "self._children = children" in source
     assert "self._metadata = [f.output.metadata for f in self._children]" in source
+
+
+def test_the_controller_counts_a_new_heart_at_its_first_pong():
+    """zygote.count_new_hearts_at_once patches ipyparallel's HeartMonitor in the forked controller;
+    here in a fresh process, on a real HeartMonitor whose hub side is a zmq pair."""
+    import subprocess
+    import sys
+
+    code = """
+import zmq
+from zmq.eventloop.zmqstream import ZMQStream
+from ipyparallel.controller.heartmonitor import HeartMonitor
+from ddplab.zygote import count_new_hearts_at_once
+
+ctx = zmq.Context()
+def monitor(name):
+    hub, mine = ctx.socket(zmq.PAIR), ctx.socket(zmq.PAIR)
+    hub.bind("inproc://" + name); mine.connect("inproc://" + name)
+    return hub, HeartMonitor(monitor_stream=ZMQStream(mine), ping_stream=ZMQStream(ctx.socket(zmq.PUB)),
+                             pong_stream=ZMQStream(ctx.socket(zmq.ROUTER)))
+hub, before = monitor("before")
+before.handle_pong([b"heart-0", str(before.lifetime).encode()])
+before.monitor_stream.flush()  # (a ZMQStream sends from its event loop: none runs here)
+assert before.hearts == set() and not hub.poll(200), "ipyparallel now counts a new heart at once: drop the patch"
+count_new_hearts_at_once()
+hub, hm = monitor("patched")
+hm.handle_pong([b"heart-1", str(hm.lifetime).encode()])
+hm.monitor_stream.flush()
+assert hm.hearts == {b"heart-1"}, hm.hearts
+assert hub.poll(2000), "the hub was not told"
+assert b"heart-1" in b"".join(hub.recv_multipart())
+hm.handle_pong([b"heart-1", str(hm.lifetime).encode()])  # its next pong: nothing new
+hm.monitor_stream.flush()
+assert not hub.poll(200)
+print("ok")
+"""
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert out.stdout.strip() == "ok", out.stderr[-2000:]
