@@ -127,7 +127,7 @@ def bare_ipyparallel(n, k, settle):
 
 
 def run(quick=False):
-    n, k, settle, repeats = (2, 3, 0.5, 1) if quick else (4, 10, 3.0, 5)  # 5: one run spreads widely here
+    n, k, settle, repeats = (2, 3, 0.5, 1) if quick else (4, 10, 3.0, 9)  # 9: one repeat spreads by ±20% here
     ours, bare = [], []
     for _ in range(repeats):
         bare.append(bare_ipyparallel(n, k, settle))

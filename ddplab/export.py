@@ -12,12 +12,14 @@ shell lines in the cells are left out, each with a comment; a cell run on some r
 import ast
 import textwrap
 
+from .words import say
+
 HEADER = '''\
 #!/usr/bin/env python
 """{title}
 
-Exported by ddplab's %ddp_export from the %%ddp cells that ran successfully, in order.
-Run it with torchrun, e.g.:  torchrun --nproc_per_node {world_size} {name}
+{exported}
+{run_it}  torchrun --nproc_per_node {world_size} {name}
 """
 import os
 
@@ -25,12 +27,25 @@ import torch
 import torch.distributed as dist
 import torch.nn as nn
 
-import ddplab.rank as ddplab  # ddplab.log(...) and ddplab.phase(...) as in the notebook (points kept in memory)
+import ddplab.rank as ddplab  # {log_note}
 
-torch.set_num_threads({threads})  # as the notebook's pool had it: {threads} thread(s) per rank
-dist.init_process_group("gloo")  # from torchrun's environment: RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT
+torch.set_num_threads({threads})  # {threads_note}
+dist.init_process_group("gloo")  # {env_note}
 rank, world_size = dist.get_rank(), dist.get_world_size()
 '''
+WORDS = {  # the header's prose, in the pool's language (the code is the same)
+    "title": ("A ddplab notebook, as a torchrun script", "一个 ddplab notebook，导出为 torchrun 脚本"),
+    "exported": ("Exported by ddplab's %ddp_export from the %%ddp cells that ran successfully, in order.",
+                 "由 ddplab 的 %ddp_export 从成功运行过的 %%ddp 单元格按顺序导出。"),
+    "run_it": ("Run it with torchrun, e.g.:", "用 torchrun 运行它，例如："),
+    "log_note": ("ddplab.log(...) and ddplab.phase(...) as in the notebook (points kept in memory)",
+                 "ddplab.log(...) 和 ddplab.phase(...) 与 notebook 中一样（数据点留在内存里）"),
+    "threads_note": ("as the notebook's pool had it: {threads} thread(s) per rank",
+                     "与 notebook 的进程池相同：每个 rank {threads} 个线程"),
+    "env_note": ("from torchrun's environment: RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT",
+                 "从 torchrun 设置的环境变量读取：RANK、WORLD_SIZE、MASTER_ADDR、MASTER_PORT"),
+    "left_out": ("left out by %ddp_export (works only in a notebook)", "%ddp_export 略去了这一行（只能在 notebook 中运行）"),
+}
 FOOTER = '''
 dist.destroy_process_group()
 '''
@@ -47,7 +62,7 @@ def _left_out(line):
     return None
 
 
-def script_cell(code):
+def script_cell(code, lang="en"):
     """A cell's code for a script: notebook-only lines become comments."""
     out = []
     for line in code.splitlines():
@@ -56,15 +71,18 @@ def script_cell(code):
             out.append(line)
         else:
             indent = line[:len(line) - len(line.lstrip())]
-            out.append(f"{indent}pass  # left out by %ddp_export (works only in a notebook): {magic}")
+            out.append(f"{indent}pass  # {say(lang, *WORDS['left_out'])}: {magic}")
     return "\n".join(out)
 
 
-def script(cells, world_size, threads, title="A ddplab notebook, as a torchrun script", name="script.py"):
-    """The script's text. cells: (notebook cell number, code, ranks or None for every rank)."""
-    parts = [HEADER.format(title=title, world_size=world_size, threads=threads, name=name)]
+def script(cells, world_size, threads, title=None, name="script.py", lang="en"):
+    """The script's text. cells: (notebook cell number, code, ranks or None for every rank); its
+    comments in `lang` (en or zh)."""
+    words = {key: say(lang, *pair).format(threads=threads) for key, pair in WORDS.items()}
+    parts = [HEADER.format(**{**words, "title": title or words["title"]}, world_size=world_size, threads=threads,
+                           name=name)]
     for number, code, ranks in cells:
-        body = script_cell(code).rstrip()
+        body = script_cell(code, lang).rstrip()
         label = f"# --- cell {number}" + (f", on ranks {', '.join(map(str, ranks))}" if ranks else "") + " ---"
         if ranks:
             body = f"if rank in {tuple(ranks)!r}:\n" + textwrap.indent(body or "pass", "    ")

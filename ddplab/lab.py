@@ -410,8 +410,7 @@ class Lab:
             raise BadRequest("no %%ddp cell has run successfully yet: nothing to export")
         threads = sorted({i.get("threads") for i in self.info if i.get("threads")}) or [self.threads]
         try:
-            text = script(self.cells, self.world_size, threads[0], title or "A ddplab notebook, as a torchrun script",
-                          os.path.basename(path))
+            text = script(self.cells, self.world_size, threads[0], title, os.path.basename(path), self.config.lang)
         except SyntaxError as exc:
             raise BadRequest(f"a cell is not Python that a script can run (line {exc.lineno}: {exc.msg})") from exc
         with open(path, "w") as f:
