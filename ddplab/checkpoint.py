@@ -4,8 +4,9 @@
     step = ddplab.checkpoint.load("ckpt.pt", model, opt)    # every rank ends with the same state
 
 save writes to a temporary file next to the target, fsyncs it and renames it over the target,
-so a process killed while saving leaves the previous checkpoint whole. Works without a
-process group too (one process is rank 0).
+so a process killed while saving leaves the previous checkpoint whole. load reads tensors and
+plain values only (torch.load's weights_only): a file someone else put at that path cannot run
+code in the ranks. Works without a process group too (one process is rank 0).
 """
 import glob
 import os
@@ -23,7 +24,8 @@ def _unwrap(model):
 
 
 def save(path, model, optimizer=None, step=0, **extra):
-    """Rank 0 writes {model, optimizer, step, extra} atomically; all ranks wait for it."""
+    """Rank 0 writes {model, optimizer, step, extra} atomically; all ranks wait for it. extra:
+    tensors and plain values (numbers, strings, lists, dicts), which is what load() reads."""
     path = os.fspath(path)
     if _rank() == 0:
         state = {"model": _unwrap(model).state_dict(), "step": int(step), "extra": extra,
@@ -63,9 +65,24 @@ def load_extra(path):
 
 
 def _read_and_broadcast(path):
+    """Rank 0 reads; every rank gets the state, or raises what rank 0 met (none is left waiting
+    in the broadcast for a rank that failed)."""
     box = [None]
     if _rank() == 0:
-        box[0] = torch.load(os.fspath(path), map_location="cpu", weights_only=False)
+        try:
+            box[0] = torch.load(os.fspath(path), map_location="cpu", weights_only=True)
+        except Exception as exc:  # noqa: BLE001 - every rank raises what rank 0 met
+            if type(exc).__name__ == "UnpicklingError":  # objects whose loading would run code: never loaded
+                box[0] = ValueError(f"{path} holds more than tensors and plain values, so ddplab does not load it "
+                                    "(a file someone else wrote could run code): save extras as numbers, strings, "
+                                    "lists, dicts or tensors, or read a file you trust with "
+                                    "torch.load(path, weights_only=False)")
+            elif isinstance(exc, OSError):  # missing, a folder, not allowed
+                box[0] = exc
+            else:
+                box[0] = RuntimeError(f"could not read checkpoint {path}: {type(exc).__name__}: {exc}")
     if dist.is_initialized():
         dist.broadcast_object_list(box, src=0)
+    if isinstance(box[0], Exception):
+        raise box[0]
     return box[0]

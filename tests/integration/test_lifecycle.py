@@ -149,6 +149,31 @@ def test_a_run_killed_and_resumed_from_its_checkpoint_ends_bit_for_bit_equal(pai
     assert all(torch.equal(p, q) for p, q in zip(uninterrupted[0], uninterrupted[1]))  # ranks agree
 
 
+def test_a_checkpoint_that_cannot_be_read_fails_every_rank_at_once(pool, tmp_path):
+    """Rank 0 reads, the others wait in a broadcast: they get its error instead of waiting for
+    gloo's timeout (30 s); a planted file runs no code on any rank."""
+    from ddplab.errors import RankFailed
+
+    marker = tmp_path / "it-ran"
+    planted = tmp_path / "planted.pt"
+    torch.save({"model": {}, "step": 0, "optimizer": None,
+                "extra": {"x": _RunsCode(str(marker))}}, planted)
+    for path, ename in ((tmp_path / "missing.pt", "FileNotFoundError"), (planted, "ValueError")):
+        with pytest.raises(RankFailed) as info:  # (waiting for gloo's 30 s would end in CellTimeout)
+            pool.run(f"ddplab.checkpoint.load({str(path)!r}, torch.nn.Linear(2, 2))", timeout=20)
+        assert sorted(info.value.failures) == [0, 1, 2, 3], info.value
+        assert {f.ename for f in info.value.failures.values()} == {ename}, info.value
+    assert not marker.exists()
+
+
+class _RunsCode:
+    def __init__(self, marker):
+        self.marker = marker
+
+    def __reduce__(self):
+        return (os.system, (f"touch {self.marker}",))
+
+
 def test_a_run_resumed_on_four_ranks_ends_bit_for_bit_equal(pool, tmp_path):
     # with more than 2 ranks the gradient sum depends on the order in which the all-reduce adds
     # the ranks' values, i.e. on DDP's bucket layout, which changes after a DDP model's first step

@@ -1,0 +1,61 @@
+"""ddplab.checkpoint without a process group (one process is rank 0): what load reads, and what
+it refuses to read."""
+import os
+import pickle
+
+import pytest
+import torch
+
+import ddplab.checkpoint as ck
+
+
+class _RunsCode:
+    """What a planted "checkpoint" could hold: an object whose unpickling runs a command."""
+
+    def __init__(self, marker):
+        self.marker = marker
+
+    def __reduce__(self):
+        return (os.system, (f"touch {self.marker}",))
+
+
+def _model_and_optimizer():
+    model = torch.nn.Linear(3, 2)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+    model(torch.randn(4, 3)).sum().backward()
+    opt.step()
+    return model, opt
+
+
+def test_a_checkpoint_comes_back_whole_with_its_extras(tmp_path):
+    model, opt = _model_and_optimizer()
+    path = tmp_path / "ckpt.pt"
+    ck.save(path, model, opt, 12, lr=0.1, note="epoch 3", losses=[1.5, 0.5], mask=torch.ones(2))
+    model2 = torch.nn.Linear(3, 2)
+    opt2 = torch.optim.SGD(model2.parameters(), lr=0.1, momentum=0.9)
+    assert ck.load(path, model2, opt2) == 12
+    assert all(torch.equal(a, b) for a, b in zip(model.state_dict().values(), model2.state_dict().values()))
+    assert opt2.state_dict()["state"][0]["momentum_buffer"].equal(opt.state_dict()["state"][0]["momentum_buffer"])
+    extra = ck.load_extra(path)
+    assert extra["note"] == "epoch 3" and extra["losses"] == [1.5, 0.5] and extra["mask"].equal(torch.ones(2))
+    assert os.stat(path).st_mode & 0o777 == 0o600
+
+
+def test_a_planted_file_is_refused_and_runs_nothing(tmp_path):
+    marker = tmp_path / "it-ran"
+    path = tmp_path / "ckpt.pt"
+    model, _ = _model_and_optimizer()
+    torch.save({"model": model.state_dict(), "step": 1, "extra": {"x": _RunsCode(marker)}, "optimizer": None}, path)
+    with pytest.raises(ValueError, match="holds more than tensors and plain values.*weights_only=False"):
+        ck.load(path, model)
+    assert not marker.exists()
+    with open(path, "wb") as f:  # a bare pickle, not even torch's format
+        pickle.dump(_RunsCode(marker), f)
+    with pytest.raises((ValueError, RuntimeError)):
+        ck.load(path, model)
+    assert not marker.exists()
+
+
+def test_a_missing_checkpoint_says_so(tmp_path):
+    with pytest.raises(FileNotFoundError):
+        ck.load(tmp_path / "none.pt", torch.nn.Linear(3, 2))
