@@ -41,6 +41,7 @@ def test_a_checkpoint_comes_back_whole_with_its_extras(tmp_path):
     assert os.stat(path).st_mode & 0o777 == 0o600
 
 
+@pytest.mark.filterwarnings("ignore:Detected pickle protocol:UserWarning")  # torch's, before it refuses the bare pickle
 def test_a_planted_file_is_refused_and_runs_nothing(tmp_path):
     marker = tmp_path / "it-ran"
     path = tmp_path / "ckpt.pt"
