@@ -79,7 +79,7 @@ def _read_and_broadcast(path):
                                     "torch.load(path, weights_only=False)")
             elif isinstance(exc, OSError):  # missing, a folder, not allowed
                 box[0] = exc
-            else:
+            else:  # (as text: not every exception survives the broadcast's pickling)
                 box[0] = RuntimeError(f"could not read checkpoint {path}: {type(exc).__name__}: {exc}")
     if dist.is_initialized():
         dist.broadcast_object_list(box, src=0)

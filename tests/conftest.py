@@ -82,3 +82,13 @@ def ctrl_c():
         yield lambda after: threading.Timer(after, os.kill, (os.getpid(), signal.SIGINT))
     finally:
         signal.signal(signal.SIGINT, old)
+
+
+class RunsCode:
+    """What a planted file could hold: an object whose unpickling runs `touch marker`."""
+
+    def __init__(self, marker):
+        self.marker = str(marker)
+
+    def __reduce__(self):
+        return (os.system, (f"touch {self.marker}",))

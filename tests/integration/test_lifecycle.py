@@ -12,7 +12,7 @@ import torch.nn as nn
 
 from ddplab import Lab
 
-from ..conftest import alive, descendants
+from ..conftest import RunsCode, alive, descendants
 
 pytestmark = [pytest.mark.pool, pytest.mark.xdist_group("shared-pool")]  # one worker holds the session pool
 
@@ -157,21 +157,13 @@ def test_a_checkpoint_that_cannot_be_read_fails_every_rank_at_once(pool, tmp_pat
     marker = tmp_path / "it-ran"
     planted = tmp_path / "planted.pt"
     torch.save({"model": {}, "step": 0, "optimizer": None,
-                "extra": {"x": _RunsCode(str(marker))}}, planted)
+                "extra": {"x": RunsCode(marker)}}, planted)
     for path, ename in ((tmp_path / "missing.pt", "FileNotFoundError"), (planted, "ValueError")):
         with pytest.raises(RankFailed) as info:  # (waiting for gloo's 30 s would end in CellTimeout)
             pool.run(f"ddplab.checkpoint.load({str(path)!r}, torch.nn.Linear(2, 2))", timeout=20)
         assert sorted(info.value.failures) == [0, 1, 2, 3], info.value
         assert {f.ename for f in info.value.failures.values()} == {ename}, info.value
     assert not marker.exists()
-
-
-class _RunsCode:
-    def __init__(self, marker):
-        self.marker = marker
-
-    def __reduce__(self):
-        return (os.system, (f"touch {self.marker}",))
 
 
 def test_a_run_resumed_on_four_ranks_ends_bit_for_bit_equal(pool, tmp_path):

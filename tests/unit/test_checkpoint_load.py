@@ -8,15 +8,7 @@ import torch
 
 import ddplab.checkpoint as ck
 
-
-class _RunsCode:
-    """What a planted "checkpoint" could hold: an object whose unpickling runs a command."""
-
-    def __init__(self, marker):
-        self.marker = marker
-
-    def __reduce__(self):
-        return (os.system, (f"touch {self.marker}",))
+from ..conftest import RunsCode
 
 
 def _model_and_optimizer():
@@ -46,12 +38,12 @@ def test_a_planted_file_is_refused_and_runs_nothing(tmp_path):
     marker = tmp_path / "it-ran"
     path = tmp_path / "ckpt.pt"
     model, _ = _model_and_optimizer()
-    torch.save({"model": model.state_dict(), "step": 1, "extra": {"x": _RunsCode(marker)}, "optimizer": None}, path)
+    torch.save({"model": model.state_dict(), "step": 1, "extra": {"x": RunsCode(marker)}, "optimizer": None}, path)
     with pytest.raises(ValueError, match="holds more than tensors and plain values.*weights_only=False"):
         ck.load(path, model)
     assert not marker.exists()
     with open(path, "wb") as f:  # a bare pickle, not even torch's format
-        pickle.dump(_RunsCode(marker), f)
+        pickle.dump(RunsCode(marker), f)
     with pytest.raises((ValueError, RuntimeError)):
         ck.load(path, model)
     assert not marker.exists()
