@@ -8,15 +8,13 @@ ddplab, in a fresh kernel (nbclient), in this order:
   with the ranks' CPU use in the 2 s after ready;
 - warm: `%ddp_stop`, then `%ddp_start 4` + one DDP step again (the zygote is warm: every later
   start in the notebook's kernel), `%ddp_restart --all`, `%ddp_restart` of one lost rank, `%ddp_stop`.
-bare: `Cluster(n=4).start_and_connect_sync()` + `import torch` + a FileStore process group + the
-same step (1 thread per rank); then 10 `view.execute("x = 1")` at once, and 10 after 3 s idle.
+bare, also in a fresh kernel: `import ipyparallel`, `Cluster(n=4).start_and_connect_sync()` + `import
+torch` + a FileStore process group + the same step (1 thread per rank); then 10 `view.execute("x = 1")`
+at once, and 10 after 3 s idle.
 """
 import os
 import shutil
 import tempfile
-import time
-
-import psutil
 
 from .common import in_kernel, ratios, result
 
@@ -73,7 +71,40 @@ def ddplab_session(n, k, settle):
 
 
 BARE = """\
-import os, time, datetime
+import os, time, json, datetime, shutil, tempfile
+_tic = time.perf_counter()
+import ipyparallel as ipp  # what the notebook imports on this path (ddplab's side times %load_ext)
+_profile = tempfile.mkdtemp(prefix="bench-ipp-")
+_cluster = ipp.Cluster(n={n}, profile_dir=_profile, log_level=40)
+_client = _cluster.start_and_connect_sync()
+_view = _client[:]
+for _r, _eid in enumerate(_client.ids):
+    _client[_eid].execute(f"import os; os.environ['R'] = '{{_r}}'", block=True)
+_view.execute({step!r}, block=True)
+_first_step = time.perf_counter() - _tic
+def _cells(k):
+    out = []
+    for _ in range(k):
+        t = time.perf_counter(); _view.execute("x = 1", block=True); out.append(time.perf_counter() - t)
+    return out
+_just = _cells({k})
+time.sleep({settle})  # settled: stands beside the just-started figure
+_settled = _cells({k})
+_pids = [l.process.pid for es in _cluster.engines.values() for l in es.launchers.values()]
+_client.close()
+t = time.perf_counter(); _cluster.stop_cluster_sync(); _stop = time.perf_counter() - t
+import psutil
+for pid in _pids:  # its nannies may outlive it by seconds; end anything left, by pid
+    try:
+        for p in [psutil.Process(pid), *psutil.Process(pid).children(recursive=True)]:
+            p.kill()
+    except psutil.Error:
+        pass
+shutil.rmtree(_profile, ignore_errors=True)
+print("BENCH " + json.dumps(dict(first_step=_first_step, just=_just, settled=_settled, stop=_stop)))
+"""
+BARE_STEP = """\
+import os, datetime
 import torch, torch.distributed as dist
 torch.set_num_threads(1)
 store = dist.FileStore({path!r}, {n})
@@ -86,44 +117,13 @@ m(torch.randn(8, 64)).sum().backward()
 
 
 def bare_ipyparallel(n, k, settle):
-    """The same path with ipyparallel alone: seconds to the first step, cells just after and
-    settled, and its stop."""
-    import ipyparallel as ipp
-
-    profile = tempfile.mkdtemp(prefix="bench-ipp-")
-    tic = time.perf_counter()
-    cluster = ipp.Cluster(n=n, profile_dir=profile, log_level=40)
-    client = cluster.start_and_connect_sync()
-    view = client[:]
-    for r, eid in enumerate(client.ids):
-        client[eid].execute(f"import os; os.environ['R'] = '{r}'", block=True)
-    view.execute(BARE.format(path=os.path.join(profile, "store"), n=n), block=True)
-    first_step = time.perf_counter() - tic
-
-    def cells():
-        out = []
-        for _ in range(k):
-            t = time.perf_counter()
-            view.execute("x = 1", block=True)
-            out.append(time.perf_counter() - t)
-        return out
-
-    just = cells()
-    time.sleep(settle)
-    settled = cells()
-    pids = [l.process.pid for es in cluster.engines.values() for l in es.launchers.values()]
-    client.close()
-    tic = time.perf_counter()
-    cluster.stop_cluster_sync()
-    stopped = time.perf_counter() - tic
-    for pid in pids:  # its nannies may outlive it by seconds; end anything left, by pid
-        try:
-            for p in [psutil.Process(pid), *psutil.Process(pid).children(recursive=True)]:
-                p.kill()
-        except psutil.Error:
-            pass
-    shutil.rmtree(profile, ignore_errors=True)
-    return {"first_step": first_step, "just": just, "settled": settled, "stop": stopped}
+    """The same path with ipyparallel alone, in a fresh kernel as a learner would type it: seconds
+    to the first step (from `import ipyparallel`), cells just after and settled, and its stop."""
+    store = os.path.join(tempfile.mkdtemp(prefix="bench-store-"), "store")
+    try:
+        return in_kernel([BARE.format(n=n, k=k, settle=settle, step=BARE_STEP.format(path=store, n=n))])[0]
+    finally:
+        shutil.rmtree(os.path.dirname(store), ignore_errors=True)
 
 
 def run(quick=False):

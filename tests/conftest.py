@@ -12,6 +12,12 @@ def pytest_xdist_auto_num_workers(config):
     return min(2, len(os.sched_getaffinity(0)))
 
 
+def pytest_collection_modifyitems(items):
+    """The long tests first: xdist hands out the groups (largest first), then single tests in
+    collection order, and a 90-s test handed out last leaves the other worker idle meanwhile."""
+    items.sort(key=lambda item: item.get_closest_marker("slow") is None)
+
+
 @pytest.fixture(scope="session")
 def ip():
     from IPython.testing.globalipapp import start_ipython

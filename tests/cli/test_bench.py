@@ -14,6 +14,7 @@ EXPECTED = {"log", "start_cold", "start_warm", "cells_after_ready", "cells_settl
 
 
 @pytest.mark.pool
+@pytest.mark.slow
 def test_the_suite_runs_and_writes_json_and_a_plot(tmp_path):
     proc = subprocess.run([sys.executable, "-m", "bench", "--quick", "--out", str(tmp_path)], cwd=ROOT,
                           capture_output=True, text=True, timeout=900)
@@ -22,8 +23,8 @@ def test_the_suite_runs_and_writes_json_and_a_plot(tmp_path):
     assert report["quick"] is True and report["machine"]["cores"] >= 1
     results = {r["name"]: r for r in report["results"]}
     assert set(results) == EXPECTED
-    for r in results.values():
-        assert r["min"] <= r["median"] <= r["max"] and r["median"] > 0, r
+    for r in results.values():  # idle ranks may use no CPU the clock can see: 0 is a measure too
+        assert r["min"] <= r["median"] <= r["max"] and (r["median"] > 0 or r["name"] == "ranks_cpu_after_ready"), r
     assert (tmp_path / "results.png").stat().st_size > 10_000
     for name in results:  # the printed table has a row per result
         assert f"\n{name} " in proc.stdout

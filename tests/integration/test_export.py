@@ -36,6 +36,7 @@ print(f"rank {rank} final loss {loss.item()!r}")
 """
 
 
+@pytest.mark.slow
 def test_exported_cells_run_under_torchrun_to_the_same_losses(ip, no_pool, tmp_path, capsys):
     ip.run_line_magic("ddp_start", "2")
     try:

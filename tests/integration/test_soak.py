@@ -10,6 +10,7 @@ pytestmark = pytest.mark.pool
 CYCLES = 20
 
 
+@pytest.mark.slow
 def test_twenty_start_stop_cycles_leave_nothing_behind():
     me = psutil.Process()
     before = descendants()
@@ -28,6 +29,6 @@ def test_twenty_start_stop_cycles_leave_nothing_behind():
         lab.stop()
     assert alive(seen) == []
     assert running_zygote().pid == zygote  # one fork server, warm across every cycle
-    assert descendants() <= before
+    assert descendants() <= before | {zygote}  # the zygote stays, started by the first cycle if need be
     assert me.num_fds() <= fds + 8, (fds, me.num_fds())
     assert me.num_threads() <= threads + 2, (threads, me.num_threads())

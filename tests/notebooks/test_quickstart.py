@@ -29,6 +29,7 @@ def find(nb, source_start):
     return next(c for c in nb.cells if c.cell_type == "code" and c.source.startswith(source_start))
 
 
+@pytest.mark.slow
 def test_quickstart_runs_end_to_end_within_binders_memory(tmp_path):
     before = descendants()
     out, executed = tmp_path / "result.json", tmp_path / "quickstart.ipynb"
