@@ -1,14 +1,14 @@
-"""Live line plots, cheap enough to redraw 4-5 times a second beside training on a 2-core machine.
+"""Live line plots, cheap enough to redraw 4 times a second beside training on a 2-core machine.
 
-matplotlib draws what it does well and what rarely changes: the axes, ticks, grid (a PNG,
-the *background*). The lines themselves, which change every frame, are an SVG *overlay* of
-polylines in the background's pixel coordinates: each frame only formats the new points.
-Drawing axes costs ~25 ms here and encoding a PNG ~4 ms, far too much to do every frame;
-so the background is redrawn only when data leaves the axes, whose limits grow in steps
-(1, 2, 5 x 10^k). Titles live in HTML around the plot, where browser fonts draw any language.
+A plot is one SVG: axes, grid, ticks and labels, and the lines as polylines. matplotlib chooses
+the ticks (MaxNLocator: pure arithmetic); drawing them is a few dozen SVG elements, formatted
+only when the data leaves the axes, whose limits grow in steps (1, 2, 5 x 10^k). Each frame
+only formats the new points. (matplotlib drawing the axes as a picture took 25 ms here, 40-60 ms
+beside training: bursts that held a core while the ranks waited for each other in the
+all-reduce.) Titles live in HTML around the plot, where browser fonts draw any language.
 """
-import io
 import math
+from html import escape
 
 
 def nice_ceiling(value):
@@ -22,37 +22,35 @@ def nice_ceiling(value):
     return 10 * exp
 
 
+def tick_label(value, step, thousands=False):
+    """A tick's label with as many decimals as the tick spacing needs; in thousands ("20k") on an
+    axis that reaches 10,000."""
+    if thousands and value:
+        value, step, suffix = value / 1000, step / 1000, "k"
+    else:
+        suffix = ""
+    decimals = next((d for d in range(7) if abs(round(step, d) - step) <= 1e-9 * step), 6)  # 0.25: 2
+    return f"{value:.{decimals}f}{suffix}"
+
+
 class LivePlot:
-    """Lines fed by metrics.Series. render() -> (background PNG or None, overlay SVG or None):
-    None where nothing changed since the last call."""
+    """Lines fed by metrics.Series. render() -> the plot's SVG, or None where nothing changed
+    since the last call."""
 
-    def __init__(self, width=4.4, height=2.3, dpi=90, y_from_zero=True, min_x=1.0, headroom=1.15):
-        from matplotlib.backends.backend_agg import FigureCanvasAgg
-        from matplotlib.figure import Figure
-        from matplotlib.ticker import MaxNLocator
-
-        self.fig = Figure(figsize=(width, height), dpi=dpi)
-        self.canvas = FigureCanvasAgg(self.fig)
-        self.ax = self.fig.add_subplot()
-        self.ax.tick_params(labelsize=8)
-        self.ax.xaxis.set_major_locator(MaxNLocator(6))  # fewer labels: text is what costs
-        self.ax.yaxis.set_major_locator(MaxNLocator(5))
-        self.ax.grid(True, color="#e8e8e8", linewidth=0.6)
-        self.fig.subplots_adjust(left=0.14, right=0.97, top=0.95, bottom=0.13)
-        self.width, self.height = self.canvas.get_width_height()
+    def __init__(self, width=396, height=207, y_from_zero=True, min_x=1.0, headroom=1.15):
+        self.width, self.height = width, height
+        # the axes' box in pixels (SVG's y grows downwards), room for tick labels left and below
+        self.box = (56.0, 10.0, width - 68.0, height - 37.0)
         self.y_from_zero = y_from_zero
-        self.min_x = min_x  # the x axis starts this wide, so short runs never redraw it
+        self.min_x = min_x  # the x axis starts this wide, so short runs never change it
         self.headroom = headroom  # room above the highest point, so a rising line rarely leaves
         self.limits = None
         self.paths = {}  # key -> [points drawn, series generation, "x,y x,y ..." pieces]
-        self.background = None
-        self.backgrounds = self.frames = 0
-        # matplotlib's first draw loads fonts and caches (~30-80 ms): do it now, not in a live
-        # frame, and keep its picture (empty axes) to show until the first points arrive
-        self._draw_axes(self._limits({}))
-        self.limits, self.backgrounds = None, 0
+        self.axes_drawn = self.frames = 0
+        self._draw_axes(self._limits({}))  # empty axes, shown until the first points arrive
+        self.limits, self.axes_drawn = None, 0
 
-    # ------------------------------------------------------------------ axes (the background)
+    # ------------------------------------------------------------------ axes
     def _limits(self, series):
         xs = [x for s, _, _ in series.values() for x in s.x]
         ys = [y for s, _, _ in series.values() for y in s.y]
@@ -66,23 +64,37 @@ class LivePlot:
         return (0.0, max(self.min_x, nice_ceiling(max(xs) * 1.05)), lo, nice_ceiling(hi * self.headroom) if hi > 0 else 1.0)
 
     def _draw_axes(self, limits):
-        from PIL import Image
+        from matplotlib.ticker import MaxNLocator
 
         self.limits = limits
-        self.ax.set_xlim(limits[0], limits[1])
-        self.ax.set_ylim(limits[2], limits[3])
-        self.canvas.draw()
-        (x0, y0), (x1, y1) = self.ax.get_window_extent().get_points()
-        # data -> overlay pixels (SVG's y grows downwards)
-        self._sx = (x1 - x0) / (limits[1] - limits[0])
-        self._sy = (y1 - y0) / (limits[3] - limits[2])
-        self._x0, self._y0 = x0, self.height - y0
-        self.box = (x0, self.height - y1, x1 - x0, y1 - y0)
-        buf = io.BytesIO()
-        Image.frombuffer("RGBA", (self.width, self.height), self.canvas.buffer_rgba(), "raw", "RGBA", 0, 1) \
-            .convert("RGB").save(buf, format="png", compress_level=1)
-        self.background = buf.getvalue()
-        self.backgrounds += 1
+        bx, by, bw, bh = self.box
+        self._sx = bw / (limits[1] - limits[0])
+        self._sy = bh / (limits[3] - limits[2])
+        self._x0, self._y0 = bx, by + bh  # data -> pixels: the bottom-left corner is (xmin, ymin)
+        grid, ticks, labels = [], [], []
+        for axis, (lo, hi), bins in (("x", limits[:2], 6), ("y", limits[2:], 5)):
+            values = [v for v in MaxNLocator(bins).tick_values(lo, hi) if lo - 1e-9 * (hi - lo) <= v <= hi * (1 + 1e-9) + 1e-12]
+            step = values[1] - values[0] if len(values) > 1 else hi - lo
+            thousands = max(abs(lo), abs(hi)) >= 10_000 and step >= 1000
+            for v in values:
+                text = escape(tick_label(v, step, thousands))
+                if axis == "x":
+                    px = self._x0 + (v - lo) * self._sx
+                    grid.append(f"M{px:.1f} {by:.1f}V{by + bh:.1f}")
+                    ticks.append(f"M{px:.1f} {by + bh:.1f}v3.5")
+                    labels.append(f'<text x="{px:.1f}" y="{by + bh + 14:.1f}" text-anchor="middle">{text}</text>')
+                else:
+                    py = self._y0 - (v - lo) * self._sy
+                    grid.append(f"M{bx:.1f} {py:.1f}H{bx + bw:.1f}")
+                    ticks.append(f"M{bx:.1f} {py:.1f}h-3.5")
+                    labels.append(f'<text x="{bx - 6:.1f}" y="{py + 3.5:.1f}" text-anchor="end">{text}</text>')
+        self.axes = (f'<rect width="{self.width}" height="{self.height}" fill="#fff"/>'
+                     f'<path d="{"".join(grid)}" stroke="#e8e8e8" stroke-width="0.6"/>'
+                     f'<path d="{"".join(ticks)}" stroke="#000" stroke-width="0.8"/>'
+                     f'<rect x="{bx:.1f}" y="{by:.1f}" width="{bw:.1f}" height="{bh:.1f}" fill="none" '
+                     f'stroke="#000" stroke-width="0.8"/>'
+                     f'<g font-family="DejaVu Sans, Arial, sans-serif" font-size="10">{"".join(labels)}</g>')
+        self.axes_drawn += 1
         self.paths = {}
 
     def _inside(self, series):
@@ -95,7 +107,7 @@ class LivePlot:
                     return False
         return True
 
-    # ------------------------------------------------------------------ lines (the overlay)
+    # ------------------------------------------------------------------ lines
     def _extend(self, key, s):
         path = self.paths.get(key)
         if path is None or path[1] != s.generation:  # new, or thinned out: format it all again
@@ -109,7 +121,8 @@ class LivePlot:
         path[0] = len(s)
         return True
 
-    def overlay(self, series, frame=None):
+    def svg(self, series, frame=None):
+        """The whole plot: axes, then the lines clipped to the axes' box."""
         x, y, w, h = self.box
         lines = "".join(
             f'<polyline points="{" ".join(self.paths[key][2])}" fill="none" stroke="{color}" '
@@ -117,33 +130,20 @@ class LivePlot:
             for key, (s, color, width) in series.items() if key in self.paths and len(self.paths[key][2]) > 1)
         return (f'<svg xmlns="http://www.w3.org/2000/svg" width="{self.width}" height="{self.height}" '
                 f'viewBox="0 0 {self.width} {self.height}" data-frame="{self.frames if frame is None else frame}" '
-                f'style="display:block"><clipPath id="c{id(self)}"><rect x="{x:.1f}" y="{y:.1f}" width="{w:.1f}" '
-                f'height="{h:.1f}"/></clipPath><g clip-path="url(#c{id(self)})">{lines}</g></svg>')
+                f'style="display:block">{self.axes}<clipPath id="c{id(self)}"><rect x="{x:.1f}" y="{y:.1f}" '
+                f'width="{w:.1f}" height="{h:.1f}"/></clipPath><g clip-path="url(#c{id(self)})">{lines}</g></svg>')
 
-    def render(self, series, axes_allowed=True):
-        """series: {key: (metrics.Series, colour, line width)}. With axes_allowed=False a frame
-        that would need new axes is skipped (the caller spreads such costly frames out)."""
-        background = None
-        if self.limits is None or not self._inside(series):
-            if not axes_allowed:
-                return None, None
+    def render(self, series):
+        """series: {key: (metrics.Series, colour, line width)} -> the SVG, or None if nothing changed."""
+        new_axes = self.limits is None or not self._inside(series)
+        if new_axes:
             self._draw_axes(self._limits(series))
-            background = self.background
         changed = [self._extend(key, s) for key, (s, _, _) in series.items()]
-        if background is None and not any(changed):
-            return None, None
+        if not new_axes and not any(changed):
+            return None
         self.frames += 1
-        return background, self.overlay(series)
+        return self.svg(series)
 
     def reset(self):
         self.limits = None
         self.paths = {}
-
-    def snapshot_html(self, overlay):
-        """Background and lines as one static piece of HTML."""
-        import base64
-
-        data = base64.b64encode(self.background or b"").decode()
-        return (f'<div style="position:relative;width:{self.width}px;height:{self.height}px">'
-                f'<img src="data:image/png;base64,{data}" style="position:absolute;left:0;top:0">'
-                f'<div style="position:absolute;left:0;top:0">{overlay}</div></div>')

@@ -43,9 +43,8 @@ class Dashboard(View):
         self.table = W.HTML()
         # x axes start at 100 steps and 10 s; samples/s leaves room for ranks still warming up
         self.loss_plot, self.rate_plot = LivePlot(min_x=100), LivePlot(min_x=10, headroom=1.6)
-        self.loss_view, self.loss_bg, self.loss_lines = self._plot_widgets(W, self.loss_plot, "ddplab-loss-plot")
-        self.rate_view, self.rate_bg, self.rate_lines = self._plot_widgets(W, self.rate_plot, "ddplab-rate-plot")
-        self.loss_bg.value, self.rate_bg.value = self.loss_plot.background, self.rate_plot.background
+        self.loss_view = self._plot_widget(W, self.loss_plot, "ddplab-loss-plot")
+        self.rate_view = self._plot_widget(W, self.rate_plot, "ddplab-rate-plot")
         self.loss_title = W.HTML()
         self.rate_title = W.HTML()
         self.plotted = plotted_ranks(world_size)
@@ -169,36 +168,26 @@ class Dashboard(View):
         loss = {r: (metrics.loss[r], html.rank_color(r), 1.4) for r in self.plotted}
         rates = {r: (metrics.rate[r], html.rank_color(r), 1.4) for r in self.plotted}
         rates["total"] = (metrics.total, "#222222", 2.0)
-        axes_allowed = True  # new axes cost ~20-40 ms: at most one plot gets them per frame
-        for plot, series, bg, lines in ((self.loss_plot, loss, self.loss_bg, self.loss_lines),
-                                        (self.rate_plot, rates, self.rate_bg, self.rate_lines)):
-            if not has_points and len(bg.value):
+        for plot, series, view in ((self.loss_plot, loss, self.loss_view), (self.rate_plot, rates, self.rate_view)):
+            if not has_points:
                 continue  # keep the last picture until the new cell's first points
-            background, overlay = plot.render(series, axes_allowed or not len(bg.value))
-            if background is not None:
-                bg.value = background
-                axes_allowed = False
-            if overlay is not None:
-                lines.value = overlay
+            svg = plot.render(series)
+            if svg is not None:
+                view.value = svg
 
     @staticmethod
-    def _plot_widgets(W, plot, css_class):
-        """A plot is two widgets stacked in one grid cell: the axes (PNG) under the lines (SVG)."""
-        size = dict(width=f"{plot.width}px", height=f"{plot.height}px", grid_area="plot")
-        bg = W.Image(format="png", layout=W.Layout(**size))
-        lines = W.HTML(layout=W.Layout(**size))
-        view = W.GridBox([bg, lines], layout=W.Layout(grid_template_areas='"plot"', width=f"{plot.width}px"))
+    def _plot_widget(W, plot, css_class):
+        """A plot is one SVG in an HTML widget, empty axes until the first points."""
+        view = W.HTML(plot.svg({}), layout=W.Layout(width=f"{plot.width}px", height=f"{plot.height}px"))
         view.add_class(css_class)
-        return view, bg, lines
+        return view
 
     def snapshot_html(self):
         """The dashboard as static HTML (SVG, table, plots): what a finished cell keeps."""
-        def img(plot, lines, title):
-            return (f'<div style="display:inline-block;vertical-align:top;margin-right:8px">{title.value}'
-                    f'{plot.snapshot_html(lines.value)}</div>')
+        def plot(view, title):
+            return f'<div style="display:inline-block;vertical-align:top;margin-right:8px">{title.value}{view.value}</div>'
 
         diagram, _ = html.diagram_svg(self._last_state, self.lang)  # without the sliding animation
         return (f'<div class="ddplab-dashboard ddplab-snapshot">{html.STYLE}<div>{self.header.value}</div>'
                 f'<div style="display:flex;flex-wrap:wrap;gap:12px;align-items:flex-start">{diagram}{self.table.value}</div>'
-                f'<div>{img(self.loss_plot, self.loss_lines, self.loss_title)}'
-                f'{img(self.rate_plot, self.rate_lines, self.rate_title)}</div></div>')
+                f'<div>{plot(self.loss_view, self.loss_title)}{plot(self.rate_view, self.rate_title)}</div></div>')

@@ -58,7 +58,7 @@ def check_lesson(kernel, name, lang):
     sources = "\n".join(c.source for c in code)
     assert "%ddp_start" in sources and "%%ddp" in sources
     pictures = [o for c in code for o in c.outputs if "image/png" in o.get("data", {})
-                or "data:image/png" in o.get("data", {}).get("text/html", "")]  # or the dashboard's picture
+                or "ddplab-snapshot" in o.get("data", {}).get("text/html", "")]  # or the dashboard's picture
     assert pictures, "a lesson shows what happens as a picture"
     assert code[-1].source.strip() == "%ddp_stop"
     assert ("stopped" if lang == "en" else "已停止") in "".join(o.get("text", "") for o in code[-1].outputs)

@@ -1,12 +1,11 @@
 """The dashboard's pure pieces: diagram, table, header, plots and the text view."""
-import io
 import re
 
 import pytest
 
 from ddplab import state as st
 from ddplab.dashboard import html
-from ddplab.dashboard.plots import LivePlot, nice_ceiling
+from ddplab.dashboard.plots import LivePlot, nice_ceiling, tick_label
 from ddplab.dashboard.text import TextView
 from ddplab.metrics import LiveMetrics, Series
 
@@ -81,41 +80,57 @@ def test_nice_ceiling():
     assert [nice_ceiling(v) for v in (0.3, 1, 1.2, 3, 7, 64, 101, 0)] == [0.5, 1, 2, 5, 10, 100, 200, 1.0]
 
 
-def png_size(data):
-    from PIL import Image
-
-    return Image.open(io.BytesIO(data)).size
-
-
 def overlay_points(svg):
-    return [tuple(map(float, p.split(","))) for p in re.search(r'points="([^"]+)"', svg).group(1).split()]
+    return [tuple(map(float, p.split(","))) for p in re.search(r'<polyline points="([^"]+)"', svg).group(1).split()]
+
+
+def tick_labels(svg):
+    return re.findall(r'text-anchor="(middle|end)">([^<]*)</text>', svg)
 
 
 def test_live_plot_redraws_axes_only_when_data_leaves_them():
-    plot = LivePlot()
+    plot = LivePlot(min_x=100)
     s = Series(cap=100)
     for i in range(60):  # x limit 100, y limit 5
         s.add(i, 2.0 - i * 0.01)
-    background, overlay = plot.render({0: (s, "#1f77b4", 1.4)})
-    assert png_size(background) == (plot.width, plot.height) and plot.backgrounds == 1
-    pts = overlay_points(overlay)
+    svg = plot.render({0: (s, "#1f77b4", 1.4)})
+    assert svg.startswith("<svg") and f'width="{plot.width}"' in svg and plot.axes_drawn == 1
+    labels = tick_labels(svg)
+    assert [v for a, v in labels if a == "middle"] == ["0", "20", "40", "60", "80", "100"]  # x: steps
+    assert [v for a, v in labels if a == "end"] == ["0", "1", "2", "3", "4", "5"]  # y: loss, from zero
+    pts = overlay_points(svg)
     x, y, w, h = plot.box
     assert len(pts) == 60 and all(x - 0.1 <= px <= x + w and y <= py <= y + h for px, py in pts)
     assert pts[0][0] == pytest.approx(x, abs=0.1)  # step 0 sits on the left edge
+    assert pts[0][1] == pytest.approx(y + h - 2.0 / 5 * h, abs=0.1)  # loss 2.0 of 5, up from the bottom
     assert pts[1][1] > pts[0][1]  # a falling loss goes down the picture
-    assert plot.render({0: (s, "#1f77b4", 1.4)}) == (None, None)  # nothing new: no frame
+    assert plot.render({0: (s, "#1f77b4", 1.4)}) is None  # nothing new: no frame
     for i in range(60, 80):
         s.add(i, 1.8)
-    background, overlay = plot.render({0: (s, "#1f77b4", 1.4)})
-    assert background is None and len(overlay_points(overlay)) == 80 and plot.backgrounds == 1
+    svg = plot.render({0: (s, "#1f77b4", 1.4)})
+    assert len(overlay_points(svg)) == 80 and plot.axes_drawn == 1
     for i in range(80, 101):  # past the cap: the series thins out; the axes stay
         s.add(i * 0.5, 1.5)
-    background, overlay = plot.render({0: (s, "#1f77b4", 1.4)})
-    assert background is None and len(overlay_points(overlay)) == len(s) < 100
+    svg = plot.render({0: (s, "#1f77b4", 1.4)})
+    assert len(overlay_points(svg)) == len(s) < 100 and plot.axes_drawn == 1
     s.add(499, 1.0)  # far outside the x limit (twice: the thinned series keeps every 2nd point)
     s.add(500, 1.0)
-    background, _ = plot.render({0: (s, "#1f77b4", 1.4)})
-    assert background is not None and plot.backgrounds == 2 and plot.limits[1] >= 500
+    svg = plot.render({0: (s, "#1f77b4", 1.4)})
+    assert plot.axes_drawn == 2 and plot.limits[1] == 1000 and ("middle", "1000") in tick_labels(svg)
+    assert overlay_points(svg)[-1][0] == pytest.approx(x + w * 500 / plot.limits[1], abs=0.1)
+
+
+def test_tick_labels_use_the_decimals_their_spacing_needs():
+    assert [tick_label(v, 0.5) for v in (0, 0.5, 1.5)] == ["0.0", "0.5", "1.5"]
+    assert [tick_label(v, 0.25) for v in (0.25, 2)] == ["0.25", "2.00"]
+    assert [tick_label(v, 5000, thousands=True) for v in (0, 5000, 20000)] == ["0", "5k", "20k"]
+    assert tick_label(25000, 2500, thousands=True) == "25.0k" and tick_label(200, 50) == "200"
+    plot = LivePlot(min_x=10, headroom=1.6)  # samples/s: the y labels of thousands fit the margin
+    s = Series(cap=100)
+    for i in range(20):
+        s.add(i * 0.5, 9000.0 + i * 100)
+    y = [v for a, v in tick_labels(plot.render({0: (s, "#222", 2.0)})) if a == "end"]
+    assert y == ["0", "4k", "8k", "12k", "16k", "20k"]  # every label alike
 
 
 def test_text_view_prints_compact_lines_and_a_lost_rank_at_once(capsys):
