@@ -48,6 +48,7 @@ class Dashboard(View):
         self.loss_title = W.HTML()
         self.rate_title = W.HTML()
         self.plotted = plotted_ranks(world_size)
+        self.plotted_once = False  # a cell has drawn points: its picture stays until the next one's
         if world_size <= MAX_TABS:
             self.panes = [W.HTML() for _ in range(world_size)]
             self.tabs = W.Tab(children=self.panes)
@@ -162,6 +163,9 @@ class Dashboard(View):
     def _plots(self, rs, metrics):
         lab = self.labels
         has_points = any(len(s) for s in metrics.loss) or any(len(s) for s in metrics.rate)
+        if not has_points and self.plotted_once:
+            return  # keep the last cell's picture, with its titles, until the new cell's first points
+        self.plotted_once = self.plotted_once or has_points
         some = f" ({len(self.plotted)} of {rs.world_size} ranks)" if len(self.plotted) < rs.world_size else ""
         self._set(self.loss_title, f'<div class="ddplab-title">{escape(lab["loss_title"] + some)}</div>')
         self._set(self.rate_title, f'<div class="ddplab-title">{escape(lab["rate_title"] if has_points else lab["no_points"])}</div>')
@@ -170,7 +174,7 @@ class Dashboard(View):
         rates["total"] = (metrics.total, "#222222", 2.0)
         for plot, series, view in ((self.loss_plot, loss, self.loss_view), (self.rate_plot, rates, self.rate_view)):
             if not has_points:
-                continue  # keep the last picture until the new cell's first points
+                continue  # empty axes until the first points
             svg = plot.render(series)
             if svg is not None:
                 view.value = svg

@@ -172,3 +172,31 @@ def test_a_diverging_loss_is_kept_in_the_table_but_not_drawn():
     board = Dashboard(2)
     board.update(lab)  # used to raise OverflowError in the plot's axis limits
     assert len(lab.metrics.loss[0]) == 3 and "inf" in board.table.value
+
+
+def test_a_new_cell_keeps_the_last_picture_and_its_titles_until_its_first_points():
+    from types import SimpleNamespace
+
+    import numpy as np
+
+    from ddplab.dashboard.widget import Dashboard
+
+    lab = SimpleNamespace(run_state=st.RunState(2), metrics=LiveMetrics(2))
+    lab.run_state.set_all(st.INIT)
+    lab.run_state.set_all(st.READY)
+    board = Dashboard(2, lang="zh")
+    board.update(lab)  # nothing logged yet: the rate plot's title says how to log
+    assert "ddplab.log(" in board.rate_title.value
+    lab.run_state.begin_cell([0, 1], 0.0)
+    for r in (0, 1):
+        step, loss, rate = lab.metrics.add_points(r, np.arange(10), np.arange(10) * 0.1, np.ones(10), np.full(10, 8.0))
+        lab.run_state.points_arrived(r, step, loss, rate, 1.0, 10)
+    board.update(lab)
+    drawn = (board.loss_view.value, board.rate_view.value, board.rate_title.value)
+    assert "<polyline" in drawn[0] and "ddplab.log(" not in drawn[2] and "样本/秒" in drawn[2]
+    lab.run_state.end_cell(1.5)
+    lab.run_state.set_all(st.DONE)
+    lab.metrics.reset()  # the next cell, no points yet (or it failed before logging any)
+    lab.run_state.begin_cell([0, 1], 2.0)
+    board.update(lab)
+    assert (board.loss_view.value, board.rate_view.value, board.rate_title.value) == drawn
