@@ -210,6 +210,11 @@ def test_chinese_labels_render_with_a_cjk_font(jupyterlab, browser):
     page.locator(".jp-Stdin-input").first.fill("q")
     page.locator(".jp-Stdin-input").first.press("Enter")
     live.scroll_into_view_if_needed()
+    # Chromium runs an SVG's animations only once it is on screen: the picture after the tokens' slide
+    live.locator("svg.ddplab-diagram").wait_for(timeout=10_000)
+    page.wait_for_function("() => document.querySelector('.ddplab-dashboard svg.ddplab-diagram')"
+                           ".getCurrentTime() > 0.5", timeout=10_000)
+    live.scroll_into_view_if_needed()  # the notebook may have scrolled on as the debugger ended
     live.screenshot(path=str(ARTIFACTS / "dashboard-zh.png"))
     # nothing clipped at 1280 px with the file browser open: every table (live and the cell's
     # still picture) ends inside its output area, and no cell of it is cut
