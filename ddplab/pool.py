@@ -7,9 +7,11 @@ stops. It is the only owner of lost-rank bookkeeping. `LocalPool` starts the eng
 engines someone else started is another class with the same interface, and nothing above
 this module changes for it.
 """
+import getpass
 import json
 import logging
 import os
+import re
 import shutil
 import signal
 import socket
@@ -27,6 +29,18 @@ from .system import exit_reason, is_gone, kill, loopback_interface, wait_gone
 from .words import plural
 
 log = logging.getLogger("ddplab.ipyparallel")  # what ipyparallel logs about the pool (DDPLab.debug)
+
+
+def inductor_cache():
+    """Where torch.compile keeps its compiled kernels when TORCHINDUCTOR_CACHE_DIR is not set (torch's
+    default_cache_dir on Linux): set for the ranks, whose own TMPDIR is removed with the pool."""
+    if "TORCHINDUCTOR_CACHE_DIR" in os.environ:
+        return os.environ["TORCHINDUCTOR_CACHE_DIR"]
+    try:
+        user = getpass.getuser()
+    except (KeyError, OSError):
+        user = f"uid_{os.getuid()}"
+    return os.path.join(tempfile.gettempdir(), "torchinductor_" + re.sub(r'[\\/:*?"<>|]', "_", user))
 
 
 @dataclass(frozen=True)
@@ -246,12 +260,17 @@ class LocalPool(Pool):
         }
         if self.local:
             env["GLOO_SOCKET_IFNAME"] = loopback_interface()  # gloo listens on loopback only
+            # what the ranks and their children (DataLoader workers, a forkserver) put in temporary
+            # files goes to the pool's private folder: stop kills them before they can remove it
+            env["TMPDIR"] = os.path.join(self.workdir, "tmp")
+            env["TORCHINDUCTOR_CACHE_DIR"] = inductor_cache()  # torch.compile's cache outlives the pool
         return env
 
     def start(self, n, deadline, say):
         from .zygote import zygote
 
         self.workdir = tempfile.mkdtemp(prefix="ddplab-")  # mode 0700
+        os.mkdir(os.path.join(self.workdir, "tmp"), 0o700)
         self._reaper = subprocess.Popen([sys.executable, "-m", "ddplab.reaper", str(os.getpid()), self.workdir],
                                         stdin=subprocess.DEVNULL, start_new_session=True)
         if self.forked:

@@ -104,6 +104,7 @@ def _become(request, inherited):
     signal.signal(signal.SIGINT, signal.default_int_handler)
     os.environ.clear()
     os.environ.update(request["env"])
+    tempfile.tempdir = None  # found again from TMPDIR: the zygote's may be cached
     import random
 
     random.seed()  # forks share the zygote's random state; separate processes would not
