@@ -2,10 +2,13 @@
 import json
 import operator
 import os
+import shutil
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
+import weakref
 
 OPS = {"<=": operator.le, ">=": operator.ge}
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -27,11 +30,12 @@ def ratios(a, b):
 def ipc_kernel():
     """A kernel manager whose kernel talks over socket files in a private temporary folder: no TCP
     ports to race for when kernels start side by side, none open to other users."""
-    import tempfile
-
     from jupyter_client import KernelManager
 
-    return KernelManager(kernel_name="python3", transport="ipc", ip=os.path.join(tempfile.mkdtemp(), "kernel"))
+    folder = tempfile.mkdtemp()
+    km = KernelManager(kernel_name="python3", transport="ipc", ip=os.path.join(folder, "kernel"))
+    weakref.finalize(km, shutil.rmtree, folder, True)  # the folder goes with its manager
+    return km
 
 
 def in_kernel(cells, timeout=1800):
@@ -63,9 +67,11 @@ def timed(fn, *args, **kwargs):
 
 
 def python(*args, env=None, timeout=1800):
-    """Run a Python module/script of this repository; return its stdout."""
-    proc = subprocess.run([sys.executable, *args], capture_output=True, text=True, timeout=timeout, cwd=ROOT,
-                          env={**os.environ, "PYTHONPATH": ROOT, **(env or {})})
+    """Run a Python module/script of this repository; return its stdout. Its temporary files
+    (torchrun's log folders) are removed after it."""
+    with tempfile.TemporaryDirectory() as tmp:
+        proc = subprocess.run([sys.executable, *args], capture_output=True, text=True, timeout=timeout, cwd=ROOT,
+                              env={**os.environ, "PYTHONPATH": ROOT, "TMPDIR": tmp, **(env or {})})
     if proc.returncode:
         raise RuntimeError(f"{' '.join(args)} failed:\n{proc.stderr[-3000:]}")
     return proc.stdout

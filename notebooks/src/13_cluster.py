@@ -308,6 +308,7 @@ torchrun = [sys.executable, "-m", "torch.distributed.run"]     # what the torchr
 
 def launch(*command, env=None, timeout=120):
     """Run a command as a terminal would; past `timeout` s end it and every process it started."""
+    env = (os.environ if env is None else env) | {"TMPDIR": work.name}  # torchrun's log folders go with `work`
     p = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                          start_new_session=True)
     try:

@@ -56,7 +56,7 @@ def test_exported_cells_run_under_torchrun_to_the_same_losses(ip, no_pool, tmp_p
     assert "a cell that failed" not in text and "left out by %ddp_export" in text and "if rank in (0,):" in text
     run = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
                           str(path)], capture_output=True, text=True, timeout=180, cwd=str(tmp_path),
-                         env={**os.environ, "PYTHONPATH": ROOT})
+                         env={**os.environ, "PYTHONPATH": ROOT, "TMPDIR": str(tmp_path)})  # its logs
     assert run.returncode == 0, run.stderr[-3000:]
     script = dict(re.findall(r"rank (\d) final loss ([-+0-9.e]+)", run.stdout))
     assert len(notebook) == 2 and script == notebook  # every digit

@@ -6,8 +6,10 @@ a wrong result fails here. One kernel per edition runs them all (conftest.py), e
 namespace. Executed copies are saved to tests/notebooks/artifacts/ (zh/ for the Chinese edition).
 """
 import json
+import os
 import pathlib
 import re
+import tempfile
 
 import nbformat
 import pytest
@@ -31,7 +33,14 @@ def test_there_are_fourteen_lessons_in_order_each_with_a_whole_chinese_edition()
         assert untranslated == [], f"{name}: markdown cells of the zh edition without Chinese"
 
 
+def litter():
+    """What killed DataLoader workers (their socket folders) and torchrun (its log folders) leave in
+    /tmp when nobody points their TMPDIR elsewhere, as ddplab's pools and lesson 13 do."""
+    return {f for f in os.listdir(tempfile.gettempdir()) if f.startswith(("pymp-", "torchelastic_"))}
+
+
 def check_lesson(kernel, name, lang):
+    before = litter()
     nb, took = kernel.run(name, BUDGET)
     code = [c for c in nb.cells if c.cell_type == "code"]
     meant_to_fail = [c for c in code if "raises-exception" in c.metadata.get("tags", [])]
@@ -63,6 +72,7 @@ def check_lesson(kernel, name, lang):
     assert code[-1].source.strip() == "%ddp_stop"
     assert ("stopped" if lang == "en" else "已停止") in "".join(o.get("text", "") for o in code[-1].outputs)
     assert kernel.left_running() == []
+    assert litter() - before == set(), "left in /tmp"
 
 
 @pytest.mark.pool
