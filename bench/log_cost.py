@@ -27,7 +27,7 @@ def run(quick=False):
     import secrets
 
     sink = Telemetry("tcp://127.0.0.1", secrets.token_bytes(32))
-    rank._connect(sink.address, sink.key)
+    rank._connect(sink.address, sink.key, sink.generation)
     loss = torch.tensor(0.5, requires_grad=True) * 2  # a loss as training makes it
     empty, floats, tensors, received = [], [], [], 0
     for _ in range(repeats):

@@ -20,7 +20,7 @@ def main(address, key, ranks, rate, seconds):
     sock = zmq.Context.instance().socket(zmq.DEALER)  # as ranks do: the notebook's end is a ROUTER
     sock.connect(address)
     t0 = time.perf_counter()
-    steps = [0] * ranks
+    steps, seqs = [0] * ranks, [0] * ranks
     due = [t0 + FLUSH_EVERY * r / ranks for r in range(ranks)]  # ranks flush out of phase
     while time.perf_counter() - t0 < seconds:
         now = time.perf_counter()
@@ -33,8 +33,9 @@ def main(address, key, ranks, rate, seconds):
                     cols["time"].append(now - t0)
                     cols["loss"].append(2.3 * math.exp(-steps[r] / 200) + 0.05 * random.random())
                     cols["samples"].append(64)
+                seqs[r] += 1  # as ranks number their batches (a batch not newer than the last is dropped)
                 try:  # as ranks do: never block on a notebook that stopped reading
-                    sock.send_multipart(wire.encode(key, r, 1, cols), flags=zmq.NOBLOCK)
+                    sock.send_multipart(wire.encode(key, r, 1, cols, seq=seqs[r]), flags=zmq.NOBLOCK)
                 except zmq.Again:
                     pass
                 due[r] += FLUSH_EVERY

@@ -9,7 +9,7 @@ import time
 from dataclasses import dataclass, field
 
 from . import state as st
-from .errors import RankError, is_echo
+from .errors import UNDELIVERED, RankError, is_echo
 from .monitor import Monitor, Replies
 from .words import ranks_text
 
@@ -119,6 +119,11 @@ def collect(outcome, run_state, info, seconds):
         step = run_state.ranks[r].step
         if r in outcome.lost:
             o.error = rank_error(r, lost_why=outcome.lost[r], where=where, step=step)
+        elif r in outcome.undelivered and seen.reply is None:
+            ename, why = UNDELIVERED[outcome.undelivered[r]]
+            o.error = RankError(ename, why, [], where.get("engine"), where.get("pid"), where.get("host", ""), step)
+            if run_state.states[r] != st.FAILED:
+                run_state.fail(r, f"{ename}: {why}")
         elif isinstance(seen.reply, Exception):
             o.error = rank_error(r, seen.reply, where=where, step=step)
             run_state.fail(r, f"{o.error.ename}: {o.error.evalue}")
@@ -146,7 +151,7 @@ def plan_recovery(outcome, result):
     if outcome.lost:
         return Recovery(lost=sorted(outcome.lost))
     errors = [o.error for o in result.outputs if o.error]
-    return Recovery(reform=bool(outcome.closed) or outcome.mismatch is not None
+    return Recovery(reform=bool(outcome.closed) or outcome.mismatch is not None or bool(outcome.undelivered)
                     or any(is_echo(e) or comm_error(e) for e in errors))
 
 

@@ -3,13 +3,17 @@
     ddplab.checkpoint.save("ckpt.pt", model, opt, step)     # every rank calls it
     step = ddplab.checkpoint.load("ckpt.pt", model, opt)    # every rank ends with the same state
 
-save writes to a temporary file next to the target, fsyncs it and renames it over the target,
-so a process killed while saving leaves the previous checkpoint whole. load reads tensors and
+save writes to a temporary file next to the target (created exclusively, with a random name and
+mode 0600: no symlink is followed, nothing someone else made is reused), fsyncs it and renames it
+over the target, so a process killed while saving leaves the previous checkpoint whole. load reads tensors and
 plain values only (torch.load's weights_only): a file someone else put at that path cannot run
 code in the ranks. Works without a process group too (one process is rank 0).
 """
+import contextlib
 import glob
 import os
+import stat
+import tempfile
 
 import torch
 import torch.distributed as dist
@@ -30,15 +34,23 @@ def save(path, model, optimizer=None, step=0, **extra):
     if _rank() == 0:
         state = {"model": _unwrap(model).state_dict(), "step": int(step), "extra": extra,
                  "optimizer": optimizer.state_dict() if optimizer is not None else None}
-        directory = os.path.dirname(os.path.abspath(path))
-        for stale in glob.glob(glob.escape(path) + ".tmp-*"):  # left by a save that was killed
-            os.remove(stale)
-        tmp = f"{path}.tmp-{os.getpid()}"
-        with open(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "wb") as f:  # the owner's only
-            torch.save(state, f)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)  # atomic: readers see the old file or the new one, never half of one
+        directory, name = os.path.split(os.path.abspath(path))
+        prefix = f".{name}.tmp-"
+        for stale in glob.glob(os.path.join(glob.escape(directory), glob.escape(prefix) + "*")):
+            st = os.lstat(stale)  # left by a save that was killed: only our own regular files
+            if stat.S_ISREG(st.st_mode) and st.st_uid == os.getuid():
+                os.remove(stale)
+        fd, tmp = tempfile.mkstemp(prefix=prefix, dir=directory)  # O_EXCL | O_NOFOLLOW, 0600, a random name
+        try:
+            with open(fd, "wb") as f:
+                torch.save(state, f)
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(tmp, path)  # atomic: readers see the old file or the new one, never half of one
+        except BaseException:
+            with contextlib.suppress(FileNotFoundError):
+                os.remove(tmp)
+            raise
         fd = os.open(directory, os.O_RDONLY)
         try:
             os.fsync(fd)  # make the rename itself durable

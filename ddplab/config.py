@@ -47,12 +47,28 @@ class DDPLab(SingletonConfigurable):
                                 "under the ranks still waiting for it.").tag(config=True)
     escalate = Float(1.5, help="Seconds after SIGINT before a rank that still runs (stuck in a C++ collective) "
                                "is killed and restarted.").tag(config=True)
+    reply_grace = Float(10.0, help="Seconds a rank may take to say it began a cell, and its result to arrive after it "
+                                   "said it finished; later, ipyparallel lost the message on the way (a broken "
+                                   "connection) and the cell ends with an error for that rank instead of "
+                                   "waiting forever.").tag(config=True)
     look_every = Float(0.25, help="Seconds between looks for dead engines while a cell runs.").tag(config=True)
     watch_every = Float(1.0, help="Seconds between looks for dead engines while no cell runs.").tag(config=True)
     heartbeat_ms = Int(100, help="The controller's heartbeat (ms): a new engine counts as registered at its first "
                                  "pong (a local pool), or one to two beats after it (ipyparallel's default, 3000, "
                                  "makes a start wait); an engine silent for 2 s of beats is dropped, as at "
                                  "ipyparallel's 10 misses of 200 ms.").tag(config=True)
+
+    # --- who else can reach the pool
+    private_network = Bool(True, help="Run a local pool's controller and ranks in a network namespace of their own "
+                                      "(only a loopback interface), where the machine allows it (root, or "
+                                      "unprivileged user namespaces): no other account of the machine can reach "
+                                      "gloo's ports. The ranks then have no network: download data in the notebook "
+                                      "and pass a path. False: the ranks use the machine's network (gloo on its "
+                                      "loopback). %ddp_status says which is in force.").tag(config=True)
+    compile_cache = Unicode(help="Where the ranks' torch.compile keeps compiled code: a folder only you can write "
+                                 "(0700, yours), checked before every pool; a folder someone else owns or can "
+                                 "write is refused and a private one used. Default: $TORCHINDUCTOR_CACHE_DIR, "
+                                 "else ~/.cache/ddplab/torchinductor.").tag(config=True)
 
     # --- the machine and diagnostics
     cores = Int(help="CPUs the pool may use (0: the affinity mask, capped by a container's CPU quota). "
@@ -66,6 +82,12 @@ class DDPLab(SingletonConfigurable):
             return os.environ["DDPLAB_LANG"]
         notebook = os.environ.get("JPY_SESSION_NAME", "")  # set by jupyter_server: the notebook's path
         return "zh" if "zh" in notebook.replace("\\", "/").split("/")[:-1] else "en"
+
+    @default("compile_cache")
+    def _compile_cache_default(self):
+        from .privacy import default_compile_cache
+
+        return default_compile_cache()
 
     @default("cores")
     def _cores_from_env(self):
@@ -110,7 +132,10 @@ class PoolConfig:
     ("mpi", "ssh", "slurm", ...: started with the settings of `profile`), or "attached" (engines
     someone else started, through the controller's connection file `connect` or an ipcluster's
     `profile` and `cluster_id`); ifname: the network interface every rank uses toward its peers;
-    lang, dashboard: how the notebook shows it; start_timeout: seconds a start may take.
+    encrypt: CurveZMQ encryption of what crosses hosts (ipyparallel's traffic of a pool whose
+    controller ddplab starts, and ddplab's own telemetry and rendezvous; an attached pool is
+    encrypted when its controller was started with it); lang, dashboard: how the notebook shows
+    it; start_timeout: seconds a start may take.
     """
 
     ranks: int
@@ -125,6 +150,7 @@ class PoolConfig:
     profile: str = None
     cluster_id: str = None
     ifname: str = None
+    encrypt: bool = False
 
     @property
     def local(self):
@@ -140,7 +166,8 @@ class PoolConfig:
 
     @classmethod
     def make(cls, ranks=None, timeout=None, threads=None, *, rendezvous="file", launcher=None, lang=None,
-             dashboard=None, start_timeout=None, connect=None, profile=None, cluster_id=None, ifname=None):
+             dashboard=None, start_timeout=None, connect=None, profile=None, cluster_id=None, ifname=None,
+             encrypt=False):
         """Check every setting once; None takes the DDPLab default. Raises BadRequest (one line)."""
         from .system import cores, default_ranks, free_gib, max_local_ranks
 
@@ -168,8 +195,15 @@ class PoolConfig:
             raise BadRequest(f"--ifname names a network interface, such as eth0, got {ifname!r}")
         start_timeout = _seconds(t.start_timeout if start_timeout is None else start_timeout, "start_timeout")
         dashboard = t.dashboard if dashboard is None else bool(dashboard)
+        if encrypt and launcher in LAUNCHERS:
+            raise BadRequest("--encrypt is for pools across hosts: a local pool talks over socket files only its "
+                             "owner can open (nothing crosses a network to encrypt)")
+        if encrypt and launcher == ATTACHED:
+            raise BadRequest("--encrypt cannot change a controller started elsewhere: start it with "
+                             "ipcontroller --IPController.enable_curve=True (ddplab then encrypts too)")
         return cls(ranks, timeout, threads, rendezvous, launcher, lang, dashboard, start_timeout,
-                   connect and os.path.abspath(os.path.expanduser(connect)), profile, cluster_id, ifname)
+                   connect and os.path.abspath(os.path.expanduser(connect)), profile, cluster_id, ifname,
+                   bool(encrypt))
 
 
 def _launcher(launcher, connect, profile, cluster_id):

@@ -136,6 +136,16 @@ class CollectiveMismatch(RankFailed):
         return lines
 
 
+UNDELIVERED = {  # why a cell's message went missing -> (ename, evalue)
+    "request": ("CellNotDelivered", "this rank did not begin the cell within DDPLab.reply_grace seconds: ipyparallel "
+                                    "lost the cell on the way (its connection broke; a connection from outside the "
+                                    "pool?), or the rank's engine is frozen"),
+    "reply": ("ResultNotDelivered", "this rank finished the cell, but its result never reached the notebook: "
+                                    "ipyparallel lost it on the way (its connection broke; a connection from outside "
+                                    "the pool?)"),
+}
+
+
 def is_echo(error):
     """A failure caused by another rank's: its collective was cut off (gloo's message)."""
     text = f"{error.ename} {error.evalue}".lower()

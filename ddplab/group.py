@@ -9,6 +9,8 @@ import os
 import socket
 import time
 
+import zmq
+
 from .config import tunables
 from .errors import StartFailed
 
@@ -21,6 +23,8 @@ class Group:
         self.generation = 0
         self.info = []  # per rank, what it reported on joining: rank, engine, pid, host, threads, ports
         self.knobs = {}  # the Lab's knobs: a rank that joins (a restarted one) gets them too
+        self.store_public = None  # CurveZMQ public key of rank 0's store (an encrypted pool across hosts)
+        self.where = None  # the rendezvous of the last forming (file://..., signed://host:port)
 
     def rendezvous(self):
         """Where the ranks meet: a file in the private folder (a local pool: no port), or the
@@ -41,7 +45,11 @@ class Group:
         from .rank import _serve_store
 
         address = pool.facts[0]["ip"]
-        port = pool.client[pool.engine_ids[0]].apply_sync(_serve_store, address, self.telemetry.key)
+        secret = None
+        if pool.encrypted:  # a key pair per forming; the secret reaches rank 0 over ipyparallel's encrypted channel
+            self.store_public, secret = zmq.curve_keypair()
+        port = pool.client[pool.engine_ids[0]].apply_sync(_serve_store, address, self.telemetry.key, self.generation,
+                                                          secret)
         return f"signed://{address}:{port}"
 
     def form(self, deadline, say=None):
@@ -53,14 +61,20 @@ class Group:
         pool, cfg = self.pool, self.config
         n, eids, client = cfg.ranks, pool.engine_ids, pool.client
         self.generation += 1
-        where = self.rendezvous()
+        self.store_public = None
+        if self.telemetry is not None:
+            self.telemetry.generation = self.generation  # batches of the forming before are late from now
+        where = self.where = self.rendezvous()
         if say:
             say(f"starting {n} ranks: forming the gloo group", f"正在启动 {n} 个 rank：组建 gloo 进程组")
         address, key = (self.telemetry.address, self.telemetry.key) if self.telemetry else (None, b"")
         threads = pool.threads_per_rank(cfg.threads)
         ifnames = [f["ifname"] for f in pool.facts] if pool.facts else [None] * n
+        serverkey = self.telemetry.public if self.telemetry else None
+        compile_folder = pool.compile_folder()
         ars = [client[eid].apply_async(form_group, r, n, where, cfg.timeout, threads[r], address, tunables().flush,
-                                       key, ifnames[r], self.knobs, cfg.lang, self.generation)
+                                       key, ifnames[r], self.knobs, cfg.lang, self.generation, serverkey,
+                                       self.store_public, compile_folder)
                for r, eid in enumerate(eids)]
         for ar in ars:
             if not ar.wait(max(0.0, deadline - time.perf_counter())):

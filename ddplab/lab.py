@@ -47,10 +47,11 @@ class Lab:
     """
 
     def __init__(self, ranks=None, timeout=None, threads_per_rank=None, *, rendezvous="file", launcher=None,
-                 start_timeout=None, connect=None, profile=None, cluster_id=None, ifname=None, config=None):
+                 start_timeout=None, connect=None, profile=None, cluster_id=None, ifname=None, encrypt=False,
+                 config=None):
         self.config = config or PoolConfig.make(ranks, timeout, threads_per_rank, rendezvous=rendezvous,
                                                 launcher=launcher, start_timeout=start_timeout, connect=connect,
-                                                profile=profile, cluster_id=cluster_id, ifname=ifname)
+                                                profile=profile, cluster_id=cluster_id, ifname=ifname, encrypt=encrypt)
         self.live = Live.new(self.config.ranks or 0)  # an attached pool: its size once attached
         self.view = View()  # what shows the pool live: a Dashboard, a TextView, ... (dashboard/view.py)
         self.pool = self.group = self.telemetry = None
@@ -141,7 +142,7 @@ class Lab:
                 self.config = replace(self.config, ranks=len(engines))
                 self.live = Live.new(len(engines))
             self.run_state.set_all(st.INIT)
-            self.telemetry = Telemetry(self.pool.telemetry_where(), secrets.token_bytes(32))
+            self.telemetry = Telemetry(self.pool.telemetry_where(), secrets.token_bytes(32), curve=self.pool.encrypted)
             self.group = Group(self.pool, self.config, self.telemetry)
             self._form(deadline, say)
         except BaseException as exc:
@@ -214,7 +215,7 @@ class Lab:
                        f"已丢失；{ranks_text(kept, 'zh')} 保留了各自的变量）；进程组已重新组建")
         if not self.pool.started_engines:  # engines started elsewhere: the same ones, emptied
             tic = time.perf_counter()
-            self._view(list(range(self.world_size))).execute("%reset -f", block=True)
+            self._view(list(range(self.world_size))).execute("%reset -f", block=False).get(self.config.start_timeout)
             self._form(tic + self.config.start_timeout, self._say(progress))
             self.start_seconds = time.perf_counter() - tic
             return say(f"restarted: {self.ready_message()}; every rank's variables were cleared, the engines kept",
@@ -323,7 +324,7 @@ class Lab:
         """Tell these running ranks to break their links to their peers (rank._cut)."""
         ports = sorted({p for i in self.info for p in i.get("ports", ())})
         for r in ranks:
-            self.telemetry.command(r, cmd="cut", ports=ports, generation=self.group.generation)
+            self.telemetry.command(r, cmd="cut", ports=ports)
 
     def run(self, code, ranks=None, timeout=None, background=False):
         """Run `code` on every rank (or the given ranks); return a RunResult.
@@ -376,7 +377,7 @@ class Lab:
         self.run_state.begin_cell(ranks, time.monotonic())
         self.show("begin")
         tic = time.perf_counter()
-        self.live.hints, self.live.calls = {}, {}
+        self.live.hints, self.live.calls, self.live.begun = {}, {}, set()
         outcome, stopped_by = cell.execute(self._view(ranks), code, ranks, self.live, self.telemetry, self._hooks(),
                                            timeout, self.config.lang)
         result = self.last_result = cell.collect(outcome, self.run_state, self.info, time.perf_counter() - tic)
@@ -528,7 +529,7 @@ class Lab:
         """Set variables in every rank (or the given ranks): lab.push(lr=0.1, data=tensor)."""
         ranks = self._check_ranks(ranks)
         try:
-            self._view(ranks).push(values, block=True)
+            self._view(ranks).push(values, block=False).get(self.timeout)
         except Exception as exc:  # noqa: BLE001 - e.g. an object that cannot be pickled
             raise BadRequest(f"cannot send {', '.join(values)} to the ranks: {type(exc).__name__}: {exc}") from exc
 
@@ -598,6 +599,44 @@ class Lab:
             return False
 
     # ------------------------------------------------------------------ reporting
+    def protections(self):
+        """What protects each channel of the pool from other accounts: (name, sentence) rows."""
+        from .privacy import kernel_channel, protections
+
+        self._require_running()
+        pool = self.pool
+        network, why = pool.network
+        refused = pool.compile_refused or next((i["compile_refused"] for i in self.info if i.get("compile_refused")),
+                                               None)
+        facts = {"local": pool.local, "network": network, "network_why": why, "signed": pool.signed,
+                 "encrypted": pool.encrypted, "controller": None if pool.local else pool.controller_ip(),
+                 "telemetry": self.telemetry.address, "compile_refused": refused, "kernel": kernel_channel(),
+                 "compile_cache": pool.compile_cache or next((i["compile_cache"] for i in self.info), None)}
+        return protections(facts, self.config.lang)
+
+    def warnings(self):
+        """What the user should hear once the pool runs: a refused compile cache; and, on a machine
+        with other accounts, what of the pool or of this kernel they can reach."""
+        from .privacy import kernel_channel, kernel_text, other_accounts
+
+        say, found = self.config.say, []
+        refused = {i["compile_refused"] for i in self.info if i.get("compile_refused")} | (
+            {self.pool.compile_refused} if self.pool.compile_refused else set())
+        found += sorted(refused)
+        others = other_accounts()
+        if not others:
+            return found
+        kernel = kernel_channel()
+        if kernel is not None and not kernel["private"]:
+            found.append(say(f"this machine has {len(others)} other account(s); this kernel's channel: ",
+                             f"本机还有 {len(others)} 个其他账户；这个内核的通道：") + kernel_text(kernel, self.config.lang))
+        network, why = self.pool.network
+        if self.pool.local and network != "private":
+            found.append(say(f"gloo listens on this machine's loopback ({why}): its {len(others)} other account(s) can "
+                             "connect to it",
+                             f"gloo 在本机的回环接口上监听（{why}）：本机其他 {len(others)} 个账户可以连接它"))
+        return found
+
     def status(self):
         """One dict per rank: rank, engine, pid, host, address (and interface, across hosts),
         threads, state."""

@@ -109,6 +109,9 @@ class DDPMagics(Magics):
     @argument("--ifname", metavar="NAME", default=None,
               help="the network interface every rank uses toward its peers (default: the one that reaches the "
                    "controller)")
+    @argument("--encrypt", action="store_true",
+              help="with --engines: encrypt what crosses hosts (CurveZMQ): ipyparallel's traffic, ddplab's "
+                   "telemetry and rendezvous")
     @line_magic
     def ddp_start(self, line):
         """Start N ipyparallel engines that form one gloo process group, or attach to engines that
@@ -136,7 +139,8 @@ class DDPMagics(Magics):
             return
         config = _usage(PoolConfig.make, args.ranks, args.timeout, args.threads, lang=args.lang,
                         dashboard=False if args.no_dashboard else None, launcher=args.engines,
-                        connect=args.connect, profile=args.profile, cluster_id=args.cluster_id, ifname=args.ifname)
+                        connect=args.connect, profile=args.profile, cluster_id=args.cluster_id, ifname=args.ifname,
+                        encrypt=args.encrypt)
         lab = Lab(config=config)
         if config.ranks:  # the dashboard shows the ranks go through starting -> init -> ready
             lab.view = make_view(config)
@@ -155,6 +159,8 @@ class DDPMagics(Magics):
             progress.done(message)
         else:
             print(f"ddplab: {message}")
+        for warning in lab.warnings():
+            print(f"ddplab: {warning}", file=sys.stderr)
 
     @magic_arguments()
     @argument("--ranks", default=None, help="only these ranks, e.g. 0,2 or 1-3 (default: all)")
@@ -276,6 +282,11 @@ class DDPMagics(Magics):
         widths = [max(len(c), *(len(r[i]) for r in rows)) for i, c in enumerate(cols)]
         for r in [list(cols)] + rows:
             print("  ".join(v.ljust(w) for v, w in zip(r, widths)).rstrip())
+        print(lab.config.say("who else can reach it:", "别人能否连到它："))
+        rows = lab.protections()
+        width = max(len(name) for name, _ in rows)
+        for name, sentence in rows:
+            print(f"  {name.ljust(width)}  {sentence}")
         lab.view.show()
 
     @magic_arguments()

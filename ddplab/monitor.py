@@ -11,13 +11,17 @@ longer running makes them fail at once (gloo: "Connection closed by peer"), inst
 gloo's timeout. After Ctrl-C or a cell timeout every rank gets SIGINT; a rank still running
 DDPLab.escalate seconds later (stuck inside a C++ collective, where SIGINT cannot reach) is killed.
 """
+import logging
 import time
 from dataclasses import dataclass, field
 from typing import Callable
 
 from . import diagnose
 from .config import tunables
+from .errors import UNDELIVERED
 from .telemetry import merge
+
+log = logging.getLogger("ddplab")
 
 
 @dataclass
@@ -91,6 +95,7 @@ class Outcome:
     failed_at: dict = field(default_factory=dict)  # rank -> when it was seen failed or lost
     mismatch: object = None  # diagnose.Mismatch: collectives that could never finish, cut
     waited: str = ""  # where the ranks were, the last time some of them waited in a collective
+    undelivered: dict = field(default_factory=dict)  # rank -> why: the cell or its result was lost on the way
 
 
 class Monitor:
@@ -104,10 +109,11 @@ class Monitor:
         self.waited = ""
         t = tunables()
         self.poll_every, self.frame, self.fail_fast = t.poll, t.frame, t.fail_fast
-        self.escalate, self.look_every = t.escalate, t.look_every
+        self.escalate, self.look_every, self.reply_grace = t.escalate, t.look_every, t.reply_grace
         self.last_frame = time.monotonic()  # the first frame a frame into the cell: quick cells draw none
         self.drawn_version = -1
-        self.finals = set()
+        self.finals = {}  # rank -> when its last batch of the cell arrived (it finished the cell)
+        self.undelivered = {}  # rank -> why: the cell never reached it, or its result never reached us
         self.failed_at = {}
         self.lost = {}
         self.closed = set()
@@ -125,7 +131,7 @@ class Monitor:
         if self.telemetry is not None:
             for batch in self.telemetry.batches():
                 if merge(self.live, batch, now):
-                    self.finals.add(batch.rank)
+                    self.finals.setdefault(batch.rank, now)
         for r in self.ranks:
             rs.set_output(r, self.replies.field(r, "stdout") or "")
         if now - self.last_frame >= self.frame:
@@ -140,7 +146,7 @@ class Monitor:
 
     # ------------------------------------------------------------------ failures
     def running(self):
-        return [r for r in self.ranks if r not in self.lost and not self.replies.done(r)]
+        return [r for r in self.ranks if r not in self.lost and r not in self.undelivered and not self.replies.done(r)]
 
     def _lose(self, rank, why, now):
         self.lost[rank] = why
@@ -161,6 +167,8 @@ class Monitor:
             for r, why in self.hooks.lost(unfinished).items():  # a dead rank never finishes
                 if r not in self.lost:
                     self._lose(r, why, now)
+        if self.telemetry is not None and unfinished:
+            self._look_for_lost_messages(unfinished, now)
         running = self.running()
         if len(running) != self.still_running:  # progress: a rank stopped; escalation waits again
             self.still_running, self.escalated_at = len(running), now
@@ -192,6 +200,31 @@ class Monitor:
             self._lose(r, why, now)
             self.escalated_at = now
         return not self.running()
+
+    def _look_for_lost_messages(self, unfinished, now):
+        """A rank that said it finished the cell but whose result has not come reply_grace seconds
+        later, or that has not said it began the cell reply_grace seconds into it (though heard
+        since the group formed): ipyparallel lost the message on the way (a broken connection, junk
+        sent to its ports). The cell ends for that rank with an error, instead of waiting forever;
+        ranks waiting for it in a collective are cut free."""
+        found = []
+        for r in unfinished:
+            if r in self.lost or r in self.undelivered:
+                continue
+            if r in self.finals and now - self.finals[r] >= self.reply_grace:
+                found.append(r)
+                self.undelivered[r] = "reply"
+            elif (r not in self.finals and r not in self.live.begun and now - self.started >= self.reply_grace
+                  and self.telemetry.heard(r)):
+                found.append(r)
+                self.undelivered[r] = "request"
+        for r in found:
+            self.failed_at.setdefault(r, now)
+            self.live.run_state.fail(r, "{}: {}".format(*UNDELIVERED[self.undelivered[r]]))
+            log.warning("rank %s: the cell's %s was lost on the way (%g s)", r, self.undelivered[r], self.reply_grace)
+        running = self.running()
+        if found and running and self.hooks.cut is not None:
+            self.hooks.cut(running)  # they may wait for it in a collective: fail them now, not at gloo's timeout
 
     def _stuck(self, rank):
         """Whether a rank that runs on after SIGINT may be stuck where SIGINT cannot reach: in a
@@ -239,13 +272,20 @@ class Monitor:
                 return False
 
     def settle(self):
-        """After interrupt(): wait (ignoring further Ctrl-C) until every rank stopped or was killed."""
+        """After interrupt(): wait (ignoring further Ctrl-C) until every rank stopped or was killed,
+        at most long enough to escalate to every rank; a rank still running then (its engine does
+        not answer) counts as lost."""
+        deadline = time.perf_counter() + self.reply_grace + self.escalate * (4 + 2 * len(self.ranks))
         while True:
             try:
-                if self.wait():
+                if self.wait(deadline):
                     return
             except KeyboardInterrupt:
                 continue
+            if time.perf_counter() >= deadline:
+                for r in self.running():
+                    self._lose(r, "its engine did not answer after SIGINT and SIGKILL", time.monotonic())
+                return
 
     def finish(self, grace=2.0):
         """After the cell: collect every rank's last batch (bounded), the trailing output, and
@@ -254,10 +294,10 @@ class Monitor:
         for r, why in self.hooks.lost(self.ranks).items():  # an engine that died may have answered with an
             if r not in self.lost:                          # error first (ipyparallel's "engine died")
                 self._lose(r, why, now)
-        expected = {r for r in self.ranks if r not in self.lost}
+        expected = {r for r in self.ranks if r not in self.lost and r not in self.undelivered}
         deadline = time.monotonic() + grace
         self.poll()
-        while self.telemetry is not None and not expected <= self.finals and time.monotonic() < deadline:
+        while self.telemetry is not None and not expected <= self.finals.keys() and time.monotonic() < deadline:
             self.telemetry.wait(10)  # wakes as soon as a batch arrives
             self.poll()
         if expected:
@@ -266,4 +306,4 @@ class Monitor:
                          list(self.replies.field(r, "outputs") or []), self.replies.reply(r))
                 for r in self.ranks]
         return Outcome(list(self.ranks), seen, dict(self.lost), set(self.killed), set(self.closed),
-                       dict(self.failed_at), self.mismatch, self.waited)
+                       dict(self.failed_at), self.mismatch, self.waited, dict(self.undelivered))

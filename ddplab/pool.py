@@ -7,12 +7,11 @@ stops. It is the only owner of lost-rank bookkeeping. `LocalPool` starts the eng
 engines someone else started is another class with the same interface, and nothing above
 this module changes for it.
 """
-import getpass
 import json
 import logging
 import os
-import re
 import shutil
+import secrets
 import signal
 import socket
 import subprocess
@@ -24,23 +23,13 @@ from dataclasses import dataclass
 import psutil
 
 from .config import tunables
+from .privacy import compile_cache
 from .errors import BadRequest, StartFailed
 from .system import exit_reason, is_gone, kill, loopback_interface, wait_gone
 from .words import plural
 
 log = logging.getLogger("ddplab.ipyparallel")  # what ipyparallel logs about the pool (DDPLab.debug)
-
-
-def inductor_cache():
-    """Where torch.compile keeps its compiled kernels when TORCHINDUCTOR_CACHE_DIR is not set (torch's
-    default_cache_dir on Linux): set for the ranks, whose own TMPDIR is removed with the pool."""
-    if "TORCHINDUCTOR_CACHE_DIR" in os.environ:
-        return os.environ["TORCHINDUCTOR_CACHE_DIR"]
-    try:
-        user = getpass.getuser()
-    except (KeyError, OSError):
-        user = f"uid_{os.getuid()}"
-    return os.path.join(tempfile.gettempdir(), "torchinductor_" + re.sub(r'[\\/:*?"<>|]', "_", user))
+log_ddplab = logging.getLogger("ddplab")
 
 
 @dataclass(frozen=True)
@@ -118,6 +107,17 @@ class Pool:
     local = True
     dropped = {}  # ipyparallel channel -> malformed messages its Client dropped (guard_client)
     started_engines = True  # False: engines someone else started (stop leaves them running)
+    compile_cache = compile_refused = None  # the ranks' torch.compile folder (None: each host's own default)
+
+    @property
+    def network(self):
+        """("private", None) or ("shared", why): where the ranks' network is (LocalPool)."""
+        return "shared", "the ranks are on other hosts: they talk over the network"
+
+    def compile_folder(self):
+        """The folder the ranks' torch.compile may use, checked now (before every forming of the
+        group): None lets each rank's host choose (privacy.default_compile_cache)."""
+        return None
 
     def __init__(self, ifname=None):
         self.engine_ids = []
@@ -142,6 +142,18 @@ class Pool:
 
     def connection_info(self):
         raise NotImplementedError
+
+    @property
+    def encrypted(self):
+        """Whether ipyparallel's traffic is encrypted (CurveZMQ: its connection file holds the server's
+        key); ddplab's own traffic across hosts is then encrypted too. A local pool has nothing to
+        encrypt: it talks over socket files."""
+        return not self.local and bool(self.connection_info().get("curve_serverkey"))
+
+    @property
+    def signed(self):
+        """Whether ipyparallel signs its messages (HMAC with the connection file's key)."""
+        return bool(self.connection_info().get("key"))
 
     def locate(self, eids, deadline):
         """Ask each engine where it is (rank._reach); return (eids ordered by host, then engine id;
@@ -192,15 +204,28 @@ class Pool:
             return exit_reason(None)  # the controller no longer hears it
         return None
 
+    def signal_remote(self, eids, sig, timeout=5.0):
+        """Signal engines through ipyparallel (the engine's nanny, on its host); True if every one
+        answered ok within `timeout` (a broken channel must not hold the notebook)."""
+        import concurrent.futures
+
+        future = self.client.send_signal(sig, targets=eids, block=False)
+        try:
+            replies = future.result(timeout)
+        except concurrent.futures.TimeoutError:
+            log_ddplab.warning("engines %s did not answer signal %s within %g s", eids, sig, timeout)
+            return False
+        except Exception as exc:  # noqa: BLE001 - ipyparallel raises what the engine reported
+            log_ddplab.info("signal %s to engines %s: %s", sig, eids, exc)
+            return False
+        return all(m["content"]["status"] == "ok" for m in replies)
+
     def kill_remote(self, eids):
         """SIGKILL engines on other hosts through their nannies (ipengine starts one by default),
         or, without a nanny, ask the engine to shut down."""
         eids = [e for e in eids if self.client is not None and e in self.client.ids]
-        if eids:
-            try:
-                self.client.send_signal(signal.SIGKILL, targets=eids, block=True)
-            except Exception:  # noqa: BLE001 - no nanny there
-                self.client.shutdown(targets=eids, block=False)
+        if eids and not self.signal_remote(eids, signal.SIGKILL):
+            self.client.shutdown(targets=eids, block=False)  # no nanny there
 
     def track(self, info):
         """What each rank reported when it joined the group (pid, host): rank order."""
@@ -241,13 +266,14 @@ class LocalPool(Pool):
     engine launcher ("mpi", "ssh", "slurm", ...). A reaper process ends it if the kernel dies.
     Its private folder (0700) holds the connection files, pid list and rendezvous files."""
 
-    def __init__(self, launcher="local", threads=1, profile=None, ifname=None):
+    def __init__(self, launcher="local", threads=1, profile=None, ifname=None, encrypt=False):
         super().__init__(ifname)
-        self.launcher, self.profile = launcher, profile
-        self.local = launcher in ("local", "local-spawn")
+        self.launcher, self.profile, self.encrypt = launcher, profile, encrypt
+        self.local = launcher in ("local", "local-spawn")  # controller forked from the zygote, ipc:// sockets
         self.threads = threads
-        self.forked = launcher == "local"  # controller and engines forked from the zygote
+        self.forked = launcher == "local"  # engines forked from the zygote too
         self.cluster = self._reaper = None
+        self.compile_cache = self.compile_refused = None  # torch.compile's folder for the ranks, and why not another
         self._procs = {}  # rank -> the launcher of its engine (local engines: signalled by pid)
 
     # ------------------------------------------------------------------ start
@@ -263,21 +289,44 @@ class LocalPool(Pool):
             # what the ranks and their children (DataLoader workers, a forkserver) put in temporary
             # files goes to the pool's private folder: stop kills them before they can remove it
             env["TMPDIR"] = os.path.join(self.workdir, "tmp")
-            env["TORCHINDUCTOR_CACHE_DIR"] = inductor_cache()  # torch.compile's cache outlives the pool
+            env["TORCHINDUCTOR_CACHE_DIR"] = self.compile_cache  # outlives the pool; the ranks check it again
         return env
+
+    def compile_folder(self):
+        if not self.local:
+            return None
+        self.compile_cache, self.compile_refused = compile_cache(
+            tunables().compile_cache, lambda: os.path.join(self.workdir, "tmp", "torchinductor"))
+        if self.compile_refused:
+            log_ddplab.warning(self.compile_refused)
+        return self.compile_cache
+
+    @property
+    def network(self):
+        """("private", None): the controller and ranks live in a network namespace of their own;
+        ("shared", why): on the machine's network (gloo's ports reachable from its loopback)."""
+        if not self.local:
+            return super().network
+        if not self.forked:
+            return "shared", "local-spawn engines are started by ipyparallel, not forked into a private network"
+        from .zygote import zygote
+
+        return zygote().network
 
     def start(self, n, deadline, say):
         from .zygote import zygote
 
         self.workdir = tempfile.mkdtemp(prefix="ddplab-")  # mode 0700
         os.mkdir(os.path.join(self.workdir, "tmp"), 0o700)
+        self.compile_folder()
         self._reaper = subprocess.Popen([sys.executable, "-m", "ddplab.reaper", str(os.getpid()), self.workdir],
                                         stdin=subprocess.DEVNULL, start_new_session=True)
-        if self.forked:
+        if self.local:
             zygote()  # usually started at %load_ext ddplab, and warm since
         self.cluster = self.make_cluster()
         say(f"starting {n} ranks: controller ...", f"正在启动 {n} 个 rank：控制器……")
-        self.cluster.start_controller_sync()
+        # the messages' HMAC key, also with CurveZMQ (which would otherwise turn signing off)
+        self.cluster.start_controller_sync(environment={"IPP_SESSION_KEY": secrets.token_hex(16)})
         self.client = self.cluster.connect_client_sync()
         self.dropped = guard_client(self.client)
         self.place(*self._add_engines(n, deadline, say))
@@ -294,16 +343,21 @@ class LocalPool(Pool):
 
         log.setLevel(logging.DEBUG if tunables().debug else logging.CRITICAL)
         engines = {"local": ForkedEngineSetLauncher, "local-spawn": "local"}.get(self.launcher, self.launcher)
+        config = Config()
+        if self.launcher == "local-spawn":  # no nanny: it listens on a TCP port (the Lab signals engines by pid)
+            config.LocalEngineSetLauncher.engine_args = ["--IPEngine.enable_nanny=False"]
         where = dict(profile=self.profile, load_profile=True) if self.profile else dict(
-            profile_dir=self.workdir, config=Config(), load_profile=False)
+            profile_dir=self.workdir, config=config, load_profile=False)
         beat = tunables().heartbeat_ms
+        args = [f"--HeartMonitor.period={beat}", f"--HeartMonitor.max_heartmonitor_misses={max(10, -(-2000 // beat))}"]
+        if self.local:  # every socket a file in the private folder: no TCP port (see zygote.py for the names)
+            args += ["--IPController.transport=ipc", f"--IPController.ip={os.path.join(self.workdir, 'ipp')}"]
+        elif self.encrypt:
+            args.append("--IPController.enable_curve=True")
         return ipp.Cluster(
             **where, cluster_id=f"ddplab-{os.getpid()}-{id(self)}" if self.profile else "ddplab",
             log=log, shutdown_atexit=False, engines=engines,
-            controller=ForkedControllerLauncher if self.forked else "local",
-            **({"controller_ip": "127.0.0.1"} if self.local else {}),
-            controller_args=[f"--HeartMonitor.period={beat}",
-                             f"--HeartMonitor.max_heartmonitor_misses={max(10, -(-2000 // beat))}"])
+            controller=ForkedControllerLauncher if self.local else "local", controller_args=args)
 
     def _add_engines(self, n, deadline, say):
         known = set(self.client.ids)
@@ -441,7 +495,7 @@ class LocalPool(Pool):
         kill([self._procs[r].process for r in live if r in self._procs], signal.SIGINT)
         remote = [self.engine_ids[r] for r in live if r not in self._procs]
         if remote:
-            self.client.send_signal(signal.SIGINT, targets=remote, block=True)
+            self.signal_remote(remote, signal.SIGINT)
 
     def stop(self, shutdown=True):
         """End engines, controller and every helper process; remove the private folder."""
@@ -556,7 +610,7 @@ class AttachedPool(Pool):
     def interrupt(self, ranks):
         live = [self.engine_ids[r] for r in ranks if r not in self.lost(ranks)]
         if live:
-            self.client.send_signal(signal.SIGINT, targets=live, block=True)
+            self.signal_remote(live, signal.SIGINT)
 
     def pids(self):
         return []  # its processes are not this notebook's: nothing here may end them
@@ -568,7 +622,7 @@ class AttachedPool(Pool):
                 if shutdown and self.cluster is not None:
                     self.cluster.stop_cluster_sync()
                 elif shutdown:
-                    self.client.shutdown(targets="all", hub=True, block=True)
+                    self.client.shutdown(targets="all", hub=True, block=False)
             finally:
                 self.client.close(linger=0)
                 self.client = None
@@ -581,4 +635,4 @@ def make_pool(config):
     """The Pool a PoolConfig asks for."""
     if config.attached:
         return AttachedPool(config.connect, config.profile, config.cluster_id, config.ifname)
-    return LocalPool(config.launcher, config.threads, config.profile, config.ifname)
+    return LocalPool(config.launcher, config.threads, config.profile, config.ifname, config.encrypt)

@@ -11,11 +11,13 @@ the mistakes learners make, and a post-mortem debugger driven from the notebook.
 """
 import io
 import sys
+import threading
 import time
 
 COLLECTIVES = {
-    "all_reduce", "broadcast", "all_gather", "all_gather_into_tensor", "reduce", "reduce_scatter",
-    "reduce_scatter_tensor", "gather", "scatter", "barrier", "all_to_all", "all_to_all_single", "send", "recv",
+    "all_reduce", "broadcast", "all_gather", "all_gather_into_tensor", "all_gather_single", "reduce", "reduce_scatter",
+    "reduce_scatter_tensor", "reduce_scatter_single", "gather", "scatter", "barrier", "all_to_all", "all_to_all_single",
+    "send", "recv",
     "monitored_barrier", "broadcast_object_list", "all_gather_object", "gather_object", "scatter_object_list",
     "new_group", "init_process_group", "destroy_process_group",
 }
@@ -56,8 +58,10 @@ def where(thread_id):
 
 # ------------------------------------------------------------------ collectives this cell called
 _calls = {"count": 0, "last": None}  # how many collectives the cell entered, and the last one
-WATCHED = ("all_reduce", "broadcast", "all_gather", "all_gather_into_tensor", "reduce", "reduce_scatter",
-           "reduce_scatter_tensor", "gather", "scatter", "barrier", "all_to_all", "all_to_all_single",
+_inside = threading.local()  # .op: the collective this thread is in (those it calls are not counted again)
+WATCHED = ("all_reduce", "broadcast", "all_gather", "all_gather_into_tensor", "all_gather_single", "reduce",
+           "reduce_scatter", "reduce_scatter_tensor", "reduce_scatter_single", "gather", "scatter", "barrier",
+           "all_to_all", "all_to_all_single",
            "broadcast_object_list", "all_gather_object")
 
 
@@ -80,6 +84,8 @@ def _count(op, fn):
 
     @functools.wraps(fn)
     def collective(*args, **kwargs):
+        if getattr(_inside, "op", None):  # called by another collective (a deprecated name, *_object): counted once
+            return fn(*args, **kwargs)
         _calls["count"] += 1
         frame, line = sys._getframe(1), None
         while frame is not None and line is None:
@@ -88,7 +94,11 @@ def _count(op, fn):
             frame = frame.f_back
         arguments = dict(zip(names, args), **kwargs)
         _calls["last"] = {"line": line, "op": op, **_describe_arguments(arguments)}
-        return fn(*args, **kwargs)
+        _inside.op = op
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            _inside.op = None
 
     collective.__wrapped__ = fn
     return collective

@@ -75,6 +75,8 @@ NAN = math.nan
 
 
 _generation = 0  # which forming of the group this rank is in (the notebook counts them)
+_seq = 0  # batches sent in this forming (wire.py: the notebook drops one that is not newer than the last)
+_command_seq = 0  # the last command accepted from the notebook in this forming
 lang_of_pool = "en"  # the pool's language (%ddp_start --lang, a zh notebook): rank code's say() follows it
 _knobs = {}  # name -> value: set from the notebook while cells run (Lab.set_knob, a slider)
 
@@ -178,11 +180,12 @@ def history():
 WHERE_AFTER = 0.5  # seconds into a cell before the telemetry thread says where the rank is
 
 
-def _flush(final=False, beat=False):
+def _flush(final=False, beat=False, force=False):
     """Send points and events not sent yet, one batch per cell; drop them if the notebook is not
     reading (the live view may skip; history() stays exact). beat: the telemetry thread's tick;
-    while a cell has run WHERE_AFTER seconds, each tick says where the rank is, points or not."""
-    global _sent, _events_sent
+    while a cell has run WHERE_AFTER seconds, each tick says where the rank is, points or not.
+    force: send a batch even with nothing in it."""
+    global _sent, _events_sent, _seq
     from . import probe
 
     with _lock:
@@ -191,7 +194,7 @@ def _flush(final=False, beat=False):
         where = None
         if beat and _in_cell and time.perf_counter() - _cell_t0 >= WHERE_AFTER:
             where = probe.where(_main_thread)
-        if _sock is None or (n == _sent and m == _events_sent and not final and where is None):
+        if _sock is None or (n == _sent and m == _events_sent and not final and not force and where is None):
             return
         start, events = _sent, [e[1:] for e in _events[_events_sent:m] if e[0] == _cell]
         _sent, _events_sent = n, m
@@ -202,9 +205,10 @@ def _flush(final=False, beat=False):
                 stop += 1
             cols, extras = _log.since(start, stop)
             last = stop >= n
+            _seq += 1
             frames = wire.encode(_key, _rank, cell, cols, final=final and last, events=events if last else (),
                                  extras=extras, where=where if last else None,
-                                 calls=probe.cell_calls() if final and last else None)
+                                 calls=probe.cell_calls() if final and last else None, gen=_generation, seq=_seq)
             try:
                 import zmq
 
@@ -229,9 +233,7 @@ def _agent():
 
 
 def _commands():
-    import hmac
-    import json
-
+    global _command_seq
     import zmq
 
     with _lock:
@@ -244,12 +246,12 @@ def _commands():
             except zmq.Again:
                 break
     for frames in received:
-        if len(frames) != 2 or not hmac.compare_digest(frames[0], wire.sign(_key, frames[1:])):
-            continue  # not from the notebook: dropped unread
-        command = json.loads(frames[1])
+        command = wire.decode_command(_key, frames, _rank, _generation, _command_seq)
+        if command is None:
+            continue  # not from the notebook, not for this rank and forming, or sent before: dropped
+        _command_seq = command["seq"]
         if command.get("cmd") == "cut":
-            if command.get("generation") == _generation:  # a late cut must not break the group formed since
-                _cut(command.get("ports", ()))
+            _cut(command.get("ports", ()))  # (for this forming only: a late cut must not break the next)
         elif command.get("cmd") == "knob" and isinstance(command.get("name"), str):
             _knobs[command["name"]] = command.get("value")
 
@@ -261,6 +263,7 @@ def _new_cell(*_):
     _flush()
     probe.new_cell()
     _cell, _cell_t0, _step, _in_cell = _cell + 1, time.perf_counter(), -1, True
+    _events.append((_cell, 0.0, "begin", None))  # the notebook knows the cell reached this rank (next tick)
 
 
 def _cell_done(*_):
@@ -269,21 +272,25 @@ def _cell_done(*_):
     _flush(final=True)  # so the notebook sees every point of the cell as soon as it ends
 
 
-def _connect(address, key):
+def _connect(address, key, generation, serverkey=None):
     """Connect the telemetry socket and hook cell start/end (once per engine). key: the pool's
-    telemetry key (every batch is signed with it)."""
-    global _sock, _flusher, _key
+    telemetry key (every batch is signed with it); serverkey: the notebook's CurveZMQ public key
+    (the connection is then encrypted). A first, empty batch tells the notebook where this rank is."""
+    global _sock, _flusher, _key, _seq, _command_seq, _generation
     import zmq
 
-    with _lock:
-        _key = key
+    with _lock:  # a new forming: its batches and commands are counted afresh, on a new connection
+        _key, _generation, _seq, _command_seq = key, generation, 0, 0
         if _sock is not None:
             _sock.close(linger=0)
         _sock = zmq.Context.instance().socket(zmq.DEALER)  # batches out; the notebook's commands in
-        _sock.setsockopt(zmq.IDENTITY, f"rank{_rank}".encode())
+        if serverkey:
+            _sock.curve_serverkey = serverkey.encode() if isinstance(serverkey, str) else serverkey
+            _sock.curve_publickey, _sock.curve_secretkey = zmq.curve_keypair()
         _sock.setsockopt(zmq.SNDHWM, 1000)
         _sock.setsockopt(zmq.LINGER, 1000)
         _sock.connect(address)
+    _flush(force=True)
     if _flusher is None:
         from IPython import get_ipython
 
@@ -380,7 +387,8 @@ def _store_socket(host, port):
 
 
 def form_group(rank, world_size, rendezvous, timeout, threads, telemetry=None, flush=0.25, key=b"", ifname=None,
-               knobs=None, lang="en", generation=0):
+               knobs=None, lang="en", generation=0, telemetry_serverkey=None, store_serverkey=None,
+               compile_cache=None):
     """Join the gloo process group and preload the names every cell can use.
 
     rendezvous is "file:///path" (a FileStore: opens no network port), "signed://host:port" (the
@@ -388,11 +396,16 @@ def form_group(rank, world_size, rendezvous, timeout, threads, telemetry=None, f
     TCPStore bound to that address only). ifname: the interface gloo uses (this rank's own,
     toward its peers). telemetry is the notebook's zmq address for log() points, sent every
     `flush` seconds and signed with `key` (it reaches the rank in this call: ipyparallel's signed
-    channel).
+    channel); telemetry_serverkey and store_serverkey: CurveZMQ public keys of the notebook's
+    telemetry socket and of rank 0's store (their traffic is then encrypted). compile_cache: the
+    folder torch.compile may use, checked here again (privacy.py); None: this host's default.
     """
     global _rank, _flush_every, _formed, lang_of_pool, _generation
-    _flush_every, lang_of_pool, _generation = flush, lang, generation
+    _flush_every, lang_of_pool = flush, lang
+    if not telemetry:
+        _generation = generation  # (with telemetry: set with its new connection, _connect)
     _knobs.update(knobs or {})
+    compile_cache, refused = _private_compile_cache(compile_cache)
     import torch
     import torch._dynamo  # noqa: F401 - DistributedDataParallel() needs it: imported now, not in a cell
     import torch.distributed as dist
@@ -412,7 +425,7 @@ def form_group(rank, world_size, rendezvous, timeout, threads, telemetry=None, f
     elif kind == "signed":
         from .store import SignedStore
 
-        store = SignedStore(f"tcp://{where}", key, timeout=wait)
+        store = SignedStore(f"tcp://{where}", store_key(key, generation), timeout=wait, serverkey=store_serverkey)
     elif kind == "tcp":
         host, _, port = where.rpartition(":")
         store = dist.TCPStore(host, int(port), world_size, is_master=rank == 0, timeout=wait,
@@ -426,7 +439,7 @@ def form_group(rank, world_size, rendezvous, timeout, threads, telemetry=None, f
     _rank, _formed = rank, True
     probe.patch(lambda: _formed)
     if telemetry:
-        _connect(telemetry, key)
+        _connect(telemetry, key, generation, telemetry_serverkey)
 
     import ddplab.rank as this
 
@@ -439,7 +452,32 @@ def form_group(rank, world_size, rendezvous, timeout, threads, telemetry=None, f
         "backend": dist.get_backend(),
         "stale": stale,
         "ports": sorted(_listening_ports()),  # gloo's listeners, for _close_group
+        "compile_cache": compile_cache,
+        "compile_refused": refused,
     }
+
+
+def _private_compile_cache(wanted):
+    """Point torch.compile (and Triton) at a folder only this user can write: `wanted` if it is one,
+    else a new private folder. Returns (folder, why `wanted` was refused or None)."""
+    import tempfile
+
+    from .privacy import compile_cache, default_compile_cache
+
+    folder, refused = compile_cache(wanted or default_compile_cache(),
+                                    lambda: tempfile.mkdtemp(prefix="ddplab-torchinductor-"))  # (0700, a random name)
+    os.environ["TORCHINDUCTOR_CACHE_DIR"] = folder  # torch reads it at each use
+    os.environ["TRITON_CACHE_DIR"] = os.path.join(folder, "triton")
+    return folder, refused
+
+
+def store_key(key, generation):
+    """The rendezvous store's key for one forming of the group: a request signed for an earlier
+    forming is refused by the next one's store."""
+    import hashlib
+    import hmac
+
+    return hmac.new(key, f"rendezvous store {generation}".encode(), hashlib.sha256).digest()
 
 
 def _reach(controller, ifname=None):
@@ -465,11 +503,11 @@ def _reach(controller, ifname=None):
     return {"host": socket.gethostname(), "pid": os.getpid(), "ip": ip, "ifname": ifname, "cores": cores()}
 
 
-def _serve_store(address, key):
-    """Rank 0: serve the signed rendezvous store on `address`; its port."""
+def _serve_store(address, key, generation, curve_secretkey=None):
+    """Rank 0: serve the signed rendezvous store of this forming on `address`; its port."""
     from . import store
 
-    return store.serve(address, key)
+    return store.serve(address, store_key(key, generation), curve_secretkey)
 
 
 def _leave():

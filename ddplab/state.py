@@ -114,6 +114,8 @@ class RunState:
             s = self.ranks[r]
             s.step = s.loss = s.rate = s.phase = s.error = s.where = None
             s.output, s.points = "", 0
+            if self.states[r] in (RUNNING, TRAINING):  # a cell that ended without its results (interrupted)
+                self.states.set(r, READY)
             self.states.set(r, RUNNING)
         self.touch()
 

@@ -11,13 +11,21 @@ signed channel); what is not signed is dropped unread.
     store = SignedStore(f"tcp://{address}:{port}", key)  # in every rank: a torch.distributed.Store
 
 A request is [signature, JSON header, value]; the header names the operation (set, get, add,
-compare_set, wait, check, delete_key, num_keys). get and wait are answered when their keys exist
-(or with an error after the timeout the request carries). zmq carries the bytes: it resolves no
+compare_set, wait, check, delete_key, num_keys), the client (random per store object) and the
+request's number: the server answers a client's request only if its number is higher than the
+last it answered for that client, so a signed request sent again (a replay) is dropped and counted.
+The key is the pool's key bound to one forming of the group (rank.store_key): nothing signed for an
+earlier forming is accepted. get and wait are answered when their keys exist (or with an error
+after the timeout the request carries). The store is bounded (MAX_* below: message size, keys,
+bytes, waiting requests, clients): beyond that a request is refused, never kept. With a CurveZMQ
+key pair (PoolConfig.encrypt) its traffic is encrypted too. zmq carries the bytes: it resolves no
 names.
 """
 import hashlib
 import hmac
 import json
+import logging
+import secrets
 import threading
 import time
 from datetime import timedelta
@@ -26,6 +34,12 @@ import torch.distributed as dist
 import zmq
 
 _servers = []  # the servers of this process (rank 0): ended when the group is formed again
+log = logging.getLogger("ddplab")
+MAX_MESSAGE = 1 << 20  # bytes: gloo's rendezvous values are addresses, a few hundred bytes
+MAX_KEYS = 4096
+MAX_BYTES = 16 << 20  # all values together
+MAX_PARKED = 1024  # get/wait requests waiting for their keys
+MAX_CLIENTS = 4096
 
 
 def _sign(key, frames):
@@ -36,10 +50,10 @@ def _sign(key, frames):
     return mac.digest()
 
 
-def serve(address, key):
+def serve(address, key, curve_secretkey=None):
     """Start a store server bound to `address` (rank 0's own interface) on a free port; its port."""
     stop()
-    server = _Server(address, key)
+    server = _Server(address, key, curve_secretkey)
     _servers.append(server)
     return server.port
 
@@ -50,11 +64,16 @@ def stop():
 
 
 class _Server:
-    def __init__(self, address, key):
+    def __init__(self, address, key, curve_secretkey=None):
         self.key, self.data, self.parked = key, {}, []  # parked: (deadline, peer, request) waiting for keys
-        self.dropped = 0
+        self.dropped = {}  # why -> count: unsigned, malformed, replayed, too much
+        self.answered = {}  # client -> the number of its last request answered
         self.socket = zmq.Context.instance().socket(zmq.ROUTER)
         self.socket.setsockopt(zmq.LINGER, 0)
+        self.socket.setsockopt(zmq.MAXMSGSIZE, MAX_MESSAGE)
+        if curve_secretkey:
+            self.socket.curve_server = True
+            self.socket.curve_secretkey = curve_secretkey.encode() if isinstance(curve_secretkey, str) else curve_secretkey
         self.port = self.socket.bind_to_random_port(f"tcp://{address}")
         self.stopping = threading.Event()
         self.thread = threading.Thread(target=self._loop, name="ddplab-store", daemon=True)
@@ -69,29 +88,48 @@ class _Server:
         poller.register(self.socket, zmq.POLLIN)
         while not self.stopping.is_set():
             if poller.poll(50):
-                while True:
+                for _ in range(1000):  # bounded: a flood cannot starve the parked requests
                     try:
                         frames = self.socket.recv_multipart(zmq.NOBLOCK)
                     except zmq.Again:
                         break
-                    self._handle(frames)
+                    except zmq.ZMQError:  # too large: zmq dropped it
+                        continue
+                    why = self._handle(frames)
+                    if why is not None:
+                        self.dropped[why] = self.dropped.get(why, 0) + 1
+                        log.debug("rendezvous store: a %s request dropped", why)
             self._retry_parked()
         self.socket.close(linger=0)
 
     def _handle(self, frames):
+        """Answer or park one request; why it was dropped, or None."""
         if len(frames) != 4 or not hmac.compare_digest(frames[1], _sign(self.key, frames[2:])):
-            self.dropped += 1  # not signed with the pool's key: dropped unread
-            return
+            return "unsigned"  # not signed with this forming's key: dropped unread
         try:
             request = json.loads(frames[2])
-            op, keys = request["op"], request.get("keys", [])
-            if not (isinstance(op, str) and isinstance(keys, list) and all(isinstance(k, str) for k in keys)):
+            op, keys, client, number = request["op"], request.get("keys", []), request["client"], request["id"]
+            if not (isinstance(op, str) and isinstance(keys, list) and all(isinstance(k, str) for k in keys)
+                    and isinstance(client, str) and isinstance(number, int) and not isinstance(number, bool)):
                 raise ValueError("bad request")
+            deadline = time.monotonic() + min(float(request.get("timeout", 300)), 3600.0)
         except (ValueError, KeyError, TypeError):
-            self.dropped += 1
-            return
+            return "malformed"
+        if number <= self.answered.get(client, 0):
+            return "replayed"
+        if client not in self.answered and len(self.answered) >= MAX_CLIENTS:
+            return "too many clients"
+        self.answered[client] = number
+        if op in ("set", "add", "compare_set") and (len(self.data) >= MAX_KEYS and keys[:1] and keys[0] not in self.data
+                            or sum(map(len, self.data.values())) + len(frames[3]) > MAX_BYTES):
+            self._reply(frames[0], request, {"error": "the rendezvous store is full"})
+            return "too much"
         if not self._answer(frames[0], request, frames[3]):
-            self.parked.append((time.monotonic() + float(request.get("timeout", 300)), frames[0], request, frames[3]))
+            if len(self.parked) >= MAX_PARKED:
+                self._reply(frames[0], request, {"error": "too many requests wait in the rendezvous store"})
+                return "too much"
+            self.parked.append((deadline, frames[0], request, frames[3]))
+        return None
 
     def _retry_parked(self):
         now, still = time.monotonic(), []
@@ -136,39 +174,47 @@ class _Server:
         return True
 
     def _reply(self, peer, request, reply, value=b""):
-        header = json.dumps({"id": request.get("id"), **reply}).encode()
+        header = json.dumps({"id": request.get("id"), "client": request.get("client"), **reply}).encode()
         self.socket.send_multipart([peer, _sign(self.key, [header, value]), header, value])
 
 
 class SignedStore(dist.Store):
     """A torch.distributed.Store whose server is `serve(...)` in rank 0 (see the module docstring)."""
 
-    def __init__(self, address, key, timeout=timedelta(seconds=300)):
+    def __init__(self, address, key, timeout=timedelta(seconds=300), serverkey=None):
         super().__init__()
         self.address, self.key, self.wait_limit = address, key, timeout
         self.lock = threading.Lock()
         self.socket = zmq.Context.instance().socket(zmq.DEALER)
         self.socket.setsockopt(zmq.LINGER, 0)
+        self.socket.setsockopt(zmq.MAXMSGSIZE, MAX_MESSAGE)
+        if serverkey:
+            self.socket.curve_serverkey = serverkey.encode() if isinstance(serverkey, str) else serverkey
+            self.socket.curve_publickey, self.socket.curve_secretkey = zmq.curve_keypair()
         self.socket.connect(address)
+        self.client = secrets.token_hex(8)  # with next_id: each request is answered once
         self.next_id = 0
 
     def _call(self, op, keys=(), value=b"", timeout=None, **extra):
         seconds = (timeout or self.wait_limit).total_seconds()
         with self.lock:
             self.next_id += 1
-            header = json.dumps({"op": op, "keys": list(keys), "id": self.next_id, "timeout": seconds,
-                                 **extra}).encode()
+            header = json.dumps({"op": op, "keys": list(keys), "client": self.client, "id": self.next_id,
+                                 "timeout": seconds, **extra}).encode()
             self.socket.send_multipart([_sign(self.key, [header, value]), header, value])
             deadline = time.monotonic() + seconds + 5
             while True:
                 left = deadline - time.monotonic()
                 if left <= 0 or not self.socket.poll(int(left * 1000)):
                     raise RuntimeError(f"the rendezvous store at {self.address} did not answer {op} in {seconds:.0f} s")
-                frames = self.socket.recv_multipart()
+                try:
+                    frames = self.socket.recv_multipart()
+                except zmq.ZMQError:  # too large: dropped by zmq
+                    continue
                 if len(frames) != 3 or not hmac.compare_digest(frames[0], _sign(self.key, frames[1:])):
                     continue  # not from the pool's server: dropped
                 reply = json.loads(frames[1])
-                if reply.get("id") != self.next_id:
+                if reply.get("id") != self.next_id or reply.get("client") != self.client:
                     continue  # a late answer to an earlier request
                 if "error" in reply:
                     raise RuntimeError(f"rendezvous store: {reply['error']}")

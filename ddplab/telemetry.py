@@ -1,11 +1,15 @@
 """The notebook's end of the telemetry flow: what ranks log arrives here and is folded into `Live`,
 the picture of the pool that views draw.
 
-Ranks (rank.py) buffer points from ddplab.log() and push a batch a few times a second to a zmq
-PULL socket that the notebook binds; nothing is sent per step. A batch is data (wire.py), never
+Ranks (rank.py) buffer points from ddplab.log() and send a batch a few times a second to a zmq
+ROUTER socket that the notebook binds; nothing is sent per step. A batch is data (wire.py), never
 code: nothing received here is unpickled, and what is not signed with the pool's key is dropped.
 """
+import logging
 import os
+import threading
+import time
+from collections import deque
 from dataclasses import dataclass, field
 
 import zmq
@@ -14,6 +18,8 @@ from . import wire
 
 from .metrics import LiveMetrics
 from .state import RunState
+
+log = logging.getLogger("ddplab")
 
 
 @dataclass
@@ -25,6 +31,7 @@ class Live:
     metrics: LiveMetrics
     cell_of: dict = field(default_factory=dict)  # (rank, the rank's own cell count) -> notebook cell
     hints: dict = field(default_factory=dict)  # what ranks did by mistake this cell: hint -> ranks
+    begun: set = field(default_factory=set)  # ranks that said they began this cell (its request reached them)
     calls: dict = field(default_factory=dict)  # rank -> the collectives of its cell, once it finished
 
     @classmethod
@@ -37,15 +44,30 @@ class Telemetry:
     commands: command()), and the drops it saw.
 
     where: "ipc://DIR" (a socket file in the pool's private folder: other users cannot reach it)
-    or "tcp://HOST" (ranks on other hosts; a random port). Every batch must carry the pool's
-    signature (wire.py); what does not is dropped before it is parsed, and counted by sender."""
+    or "tcp://HOST" (ranks on other hosts; a random port; with curve=True encrypted by CurveZMQ,
+    the ranks given `public` as the server's key). Every batch must carry the pool's signature
+    and be newer than the last one accepted from its rank (wire.py); what is not is dropped before
+    it is used, and counted by why and sender. A rank is reached by the connection its last good
+    batch came on: nothing the connecting side claims (a socket name) routes a command.
 
-    def __init__(self, where, key):
+    One thread at a time uses the socket (a lock): a background cell's monitor reads while the
+    notebook sets a knob. Each read takes at most MAX_READ messages and READ_SECONDS, so a flood
+    cannot hold the notebook."""
+
+    MAX_READ = 500
+    READ_SECONDS = 0.02
+    MAX_PENDING = 20_000
+
+    def __init__(self, where, key, curve=False):
         self.key = key
         self.socket = zmq.Context.instance().socket(zmq.ROUTER)
         self.socket.setsockopt(zmq.LINGER, 0)
-        self.socket.setsockopt(zmq.ROUTER_HANDOVER, 1)  # a restarted rank takes over its name
-        self.socket.setsockopt(zmq.MAXMSGSIZE, 64 << 20)  # a frame larger than any batch: cut by zmq
+        self.socket.setsockopt(zmq.MAXMSGSIZE, 32 << 20)  # a frame larger than any batch: cut by zmq
+        self.public = None
+        if curve:  # CurveZMQ: what crosses hosts is encrypted; a peer without our public key cannot even talk
+            self.public, secret = zmq.curve_keypair()
+            self.socket.curve_server = True
+            self.socket.curve_secretkey = secret
         if where.startswith("ipc://"):
             self.address = f"{where.rstrip('/')}/telemetry"
             self.socket.bind(self.address)
@@ -53,47 +75,115 @@ class Telemetry:
         else:
             port = self.socket.bind_to_random_port(where)
             self.address = f"{where}:{port}"
+        self._generation = 0  # the group's forming now (Group.form sets it): older batches are late
         self.dropped = {}  # (why, sender address) -> count
+        self._routes = {}  # rank -> zmq routing id of the connection its last good batch came on
+        self._fresh = {}  # rank -> (gen, seq) of its last good batch
+        self._pending = deque()  # good batches read (by command(), say) and not handed out yet
+        self._command_seq = 0
+        self._lock = threading.Lock()
 
-    def batches(self):
-        """Every good batch waiting now (wire.Batch); bad ones are counted in self.dropped."""
-        while True:
+    @property
+    def generation(self):
+        return self._generation
+
+    @generation.setter
+    def generation(self, value):
+        """A new forming of the group: ranks are heard again (their new connections) from now."""
+        with self._lock:
+            self._generation = value
+            self._routes.clear()
+
+    def heard(self, rank):
+        """Whether `rank` has sent a good batch since the group was formed (its telemetry works)."""
+        with self._lock:
+            self._read()
+            return rank in self._routes
+
+    def last_accepted(self, rank):
+        """(gen, seq) of the last good batch from `rank`: a batch not newer is dropped."""
+        with self._lock:
+            self._read()
+            return self._fresh.get(rank)
+
+    def _read(self):
+        """Read what waits (bounded), keep the good batches in _pending, count the rest."""
+        deadline = time.perf_counter() + self.READ_SECONDS
+        for _ in range(self.MAX_READ):
             try:
-                frames = self.socket.recv_multipart(zmq.NOBLOCK, copy=False)[1:]  # after the sender's name
+                frames = self.socket.recv_multipart(zmq.NOBLOCK, copy=False)
             except zmq.Again:
                 return
             except zmq.ZMQError:  # a message zmq itself refused (too large, ...): nothing to read
                 continue
+            route, frames = frames[0].bytes, frames[1:]
             batch, why = wire.decode(self.key, frames) if frames else (None, "malformed")
-            if batch is None:
+            if batch is not None:
+                why = self._stale(batch)
+            if why is not None:
                 sender = _peer(frames[0]) if frames else ""
                 self.dropped[why, sender] = self.dropped.get((why, sender), 0) + 1
-                continue
-            yield batch
+                if why != "late":
+                    log.debug("telemetry: a %s message dropped (sender %s)", why, sender or "not known")
+            else:
+                self._fresh[batch.rank] = (batch.gen, batch.seq)
+                self._routes[batch.rank] = route
+                if len(self._pending) < self.MAX_PENDING:  # else the live view skips (history stays exact)
+                    self._pending.append(batch)
+            if time.perf_counter() > deadline:
+                return
+
+    def _stale(self, batch):
+        """None for a batch to use; "late" for one from an earlier forming of the group; "replayed"
+        for one not newer than the last good batch of its rank (sent again, or out of order)."""
+        if batch.gen < self._generation:
+            return "late"
+        if batch.gen > self._generation or (batch.gen, batch.seq) <= self._fresh.get(batch.rank, (-1, -1)):
+            return "replayed"
+        return None
+
+    def batches(self):
+        """Every good batch read now (wire.Batch), in order; bad ones are counted in self.dropped."""
+        with self._lock:
+            self._read()
+            out = list(self._pending)
+            self._pending.clear()
+        return out
 
     def news(self):
         """{(why, sender): sentence} for every sender whose messages were dropped, e.g.
-        "12 unsigned telemetry messages dropped from 127.0.0.1" (zmq tells the sender's address)."""
+        "12 unsigned telemetry messages dropped from 127.0.0.1" (zmq tells the sender's address).
+        Late batches (sent before the group was formed again) are the pool's own: not news."""
         return {(why, sender): f"{count} {why} telemetry message{'s' if count != 1 else ''} dropped"
                                + (f" from {sender}" if sender else " (sender not known)")
-                for (why, sender), count in sorted(self.dropped.items())}
+                for (why, sender), count in sorted(self.dropped.items()) if why != "late"}
 
     def command(self, rank, **command):
-        """Send a rank a signed command (rank.py's telemetry thread reads it within a tick)."""
-        import json
-
-        body = json.dumps(command).encode()
-        try:
-            self.socket.send_multipart([f"rank{rank}".encode(), wire.sign(self.key, [body]), body], zmq.NOBLOCK)
-        except zmq.ZMQError:  # the rank is not connected (gone): nothing to tell it
-            pass
+        """Send a rank a signed command (rank.py's telemetry thread reads it within a tick), on the
+        connection its last good batch came from. False if the rank has not been heard yet."""
+        with self._lock:
+            self._read()  # learn the routes of ranks that just joined (their first batch)
+            route = self._routes.get(rank)
+            if route is None:
+                log.debug("telemetry: no connection from rank %s yet: command %s not sent", rank, command.get("cmd"))
+                return False
+            self._command_seq += 1
+            frames = wire.encode_command(self.key, rank, self._generation, self._command_seq, **command)
+            try:
+                self.socket.send_multipart([route, *frames], zmq.NOBLOCK)
+            except zmq.ZMQError:  # the rank is not connected (gone): nothing to tell it
+                return False
+            return True
 
     def wait(self, ms):
-        """Block until a batch is waiting (or ms pass)."""
-        self.socket.poll(ms)
+        """Block until a batch is waiting (or ms pass; keep ms short: the socket is locked meanwhile)."""
+        with self._lock:
+            if not self._pending:
+                self.socket.poll(ms)
 
     def close(self):
-        self.socket.close(linger=0)
+        with self._lock:
+            self.socket.close(linger=0)
 
 
 def _peer(frame):
@@ -109,6 +199,8 @@ def merge(live, batch, now):
     rank = batch.rank
     if rank >= rs.world_size or rank not in rs.running:
         return False  # a late batch of an earlier cell, or from a rank this cell did not run on
+    if not (len(batch) or batch.events or batch.final or batch.where is not None or batch.calls is not None):
+        return False  # a rank saying where it is connected (rank._connect): of no cell
     live.cell_of[rank, batch.cell] = rs.cell  # ranks count their own cells; the history uses the notebook's
     if len(batch):
         step, loss, rate = live.metrics.add_points(rank, batch.step, batch.time, batch.loss, batch.samples)
@@ -118,6 +210,8 @@ def merge(live, batch, now):
             rs.set_phase(rank, value)
         elif kind == "hint":
             live.hints.setdefault(value, set()).add(rank)
+        elif kind == "begin":
+            live.begun.add(rank)
     if batch.where is not None or batch.final:
         rs.set_where(rank, None if batch.final else batch.where)
     if batch.calls is not None:

@@ -6,12 +6,19 @@ One batch from a rank is one zmq multipart message:
 
 - signature: HMAC-SHA256 of every other frame (each frame's length, then its bytes), with a key
   the notebook makes per pool and gives the ranks through ipyparallel's signed channel;
-- header: JSON {"v": 1, "rank": r, "cell": c, "n": points, "final": bool,
+- header: JSON {"v": 1, "rank": r, "gen": g, "seq": s, "cell": c, "n": points, "final": bool,
   "events": [[time, kind, value or null], ...] (kind: "phase", "hint"), "extras": [name, ...],
   "where": null or where the rank is while a long cell runs: {"line": cell line, "op": collective or
   null, "group": "default" or "ranks 0,1", "shape": [...], "dtype": "float32", "since": seconds}};
 - step (int64), time, loss, samples (float64; NaN where not logged): n little-endian values each;
 - per extra scalar (lr=..., acc=...): the indices of the points that have it (int32) and its values.
+
+"gen" is the forming of the group the rank is in (the notebook counts them) and "seq" counts the
+rank's batches within it: the notebook accepts a rank's batch only if (gen, seq) is newer than the
+last it accepted from that rank, so a signed batch sent again (a replay), out of order, or from an
+earlier forming is dropped and counted (telemetry.py). The notebook's commands to a rank go the
+other way as [signature, JSON {"to": rank, "gen": g, "seq": s, "cmd": ..., ...}], checked the same
+way by the rank (command()).
 
 A message whose signature is missing or wrong is dropped before anything of it is parsed; one that
 is signed but malformed is dropped too. Nothing here raises on bad input from a socket: decode()
@@ -40,12 +47,12 @@ def sign(key, frames):
     return mac.digest()
 
 
-def encode(key, rank, cell, columns, final=False, events=(), extras=None, where=None, calls=None):
+def encode(key, rank, cell, columns, final=False, events=(), extras=None, where=None, calls=None, gen=0, seq=0):
     """The frames of one batch. columns: step, time, loss, samples as array.array (or any
     buffer of n 8-byte values); extras: {name: (int32 indices, float64 values)}."""
     extras = extras or {}
     n = len(columns["step"])
-    header = json.dumps({"v": VERSION, "rank": rank, "cell": cell, "n": n, "final": bool(final),
+    header = json.dumps({"v": VERSION, "rank": rank, "gen": gen, "seq": seq, "cell": cell, "n": n, "final": bool(final),
                          "events": [list(e) for e in events], "extras": list(extras), "where": where,
                          "calls": calls}).encode()
     frames = [header, *(_little(columns[c]) for c in COLUMNS)]
@@ -78,6 +85,8 @@ class Batch:
     extras: dict = field(default_factory=dict)  # name -> (indices, values)
     where: dict = None  # where the rank is (a long cell): line, op, group, shape, dtype, since, calls
     calls: dict = None  # with the cell's last batch: {"calls": collectives it entered, "last": the last one}
+    gen: int = 0  # the forming of the group it was sent in
+    seq: int = 0  # its number among the rank's batches of that forming
 
     def __len__(self):
         return len(self.step)
@@ -103,9 +112,10 @@ def _parse(frames):
     h = json.loads(raw)
     if not isinstance(h, dict) or h.get("v") != VERSION:
         raise ValueError("not a version 1 batch")
-    rank, cell, n, final = h["rank"], h["cell"], h["n"], h["final"]
+    rank, cell, n, final, gen, seq = h["rank"], h["cell"], h["n"], h["final"], h["gen"], h["seq"]
     names, events = h["extras"], h["events"]
-    if not (_whole(rank) and _whole(cell) and _whole(n) and n <= MAX_POINTS and isinstance(final, bool)):
+    if not (_whole(rank) and _whole(cell) and _whole(n) and n <= MAX_POINTS and isinstance(final, bool)
+            and _whole(gen) and _whole(seq, 2**63)):
         raise ValueError("bad header fields")
     if not (isinstance(names, list) and all(isinstance(x, str) for x in names) and isinstance(events, list)):
         raise ValueError("bad extras or events")
@@ -137,7 +147,7 @@ def _parse(frames):
             raise ValueError("bad event")
         checked.append(tuple(e))
     return Batch(rank, cell, final, cols["step"], cols["time"], cols["loss"], cols["samples"], checked, extras, where,
-                 calls)
+                 calls, gen, seq)
 
 
 WHERE = {"line": int, "op": str, "group": str, "shape": list, "dtype": str, "since": (int, float), "calls": int}
@@ -157,5 +167,27 @@ def _where(w):
     return w
 
 
-def _whole(x):
-    return isinstance(x, int) and not isinstance(x, bool) and 0 <= x < 2**31
+def _whole(x, limit=2**31):
+    return isinstance(x, int) and not isinstance(x, bool) and 0 <= x < limit
+
+
+def encode_command(key, to, gen, seq, **command):
+    """The frames of a command from the notebook to rank `to` (in the group's forming `gen`; `seq`
+    grows with every command the notebook sends)."""
+    body = json.dumps({**command, "to": to, "gen": gen, "seq": seq}).encode()
+    return [sign(key, [body]), body]
+
+
+def decode_command(key, frames, rank, gen, last_seq):
+    """The command in `frames` if it is signed with `key`, meant for `rank` in forming `gen`, and
+    newer than `last_seq`; else None (dropped unread, or as a replay)."""
+    if len(frames) != 2 or not hmac.compare_digest(bytes(frames[0]), sign(key, frames[1:])):
+        return None
+    try:
+        command = json.loads(bytes(frames[1]))
+    except (ValueError, UnicodeDecodeError):
+        return None
+    if not (isinstance(command, dict) and command.get("to") == rank and command.get("gen") == gen
+            and _whole(command.get("seq"), 2**63) and command["seq"] > last_seq and isinstance(command.get("cmd"), str)):
+        return None
+    return command

@@ -1,7 +1,7 @@
 """A fork server for a pool's processes: it imports torch (and everything an engine or the
 controller needs) once, then forks them with all of it already loaded.
 
-    python -m ddplab.zygote WORKDIR        (one JSON request per line on stdin, a reply on stdout)
+    python -m ddplab.zygote WORKDIR [--private-network]   (one JSON request per line on stdin, a reply on stdout)
 
 Importing torch costs about 1.4 s of CPU per process, and torch._dynamo (which the first
 DistributedDataParallel() imports) 1.2 s more; four engines on two cores doing that in turn
@@ -9,6 +9,13 @@ take most of a pool's start-up, and slow the first cells after it. The zygote pa
 for every pool of its notebook (started at %load_ext ddplab, before anything else is imported),
 and its forks share the loaded pages copy-on-write (less memory too). Nothing here may start a
 thread before forking.
+
+With --private-network it first moves into a network namespace of its own (unshare(2): as root
+CLONE_NEWNET; otherwise with a user namespace that maps the user to itself), where only a loopback
+interface exists: every process it forks, the pool's controller and ranks, then listens where no
+other account of the machine can connect (gloo's ports included). ipyparallel and the telemetry
+talk over ipc:// socket files, which work across network namespaces. Its first reply says what
+it got: {"network": "private"}, or {"network": "shared", "why": "..."} where the machine refuses.
 
 It imports in stages and says when each is done: {"ready": "controller"} once ipyparallel is in
 (a controller can be forked then, and starts while torch is imported), {"ready": "engine"} when
@@ -27,6 +34,7 @@ This module is also the notebook's side: `zygote()` starts (or returns) this pro
 import atexit
 import gc
 import json
+import logging
 import os
 import select
 import shutil
@@ -53,6 +61,47 @@ STAGES = {  # in order: what a process forked at that stage has loaded
         "ddplab.workloads",
     ),
 }
+
+
+CLONE_NEWUSER, CLONE_NEWNET = 0x10000000, 0x40000000
+
+
+def isolate():
+    """Move this (single-threaded) process into a new network namespace with its loopback up.
+    Returns None, or why it could not (the machine's refusal, in words)."""
+    import ctypes
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    uid, gid = os.getuid(), os.getgid()
+    tries = [CLONE_NEWNET, CLONE_NEWUSER | CLONE_NEWNET] if uid == 0 else [CLONE_NEWUSER | CLONE_NEWNET]
+    for flags in tries:
+        if libc.unshare(flags) == 0:
+            break
+        why = os.strerror(ctypes.get_errno())
+    else:
+        return f"the machine does not allow a private network namespace (unshare: {why})"
+    try:
+        if flags & CLONE_NEWUSER:  # the user stays itself inside (files it makes are still its own)
+            for name, text in (("setgroups", "deny"), ("uid_map", f"{uid} {uid} 1"), ("gid_map", f"{gid} {gid} 1")):
+                with open(f"/proc/self/{name}", "w") as f:
+                    f.write(text)
+        loopback_up()
+    except OSError as exc:
+        return f"the private network namespace could not be set up ({exc})"
+    return None
+
+
+def loopback_up():
+    """Bring up `lo` in this (new) network namespace: 127.0.0.1 appears with it."""
+    import fcntl
+    import socket
+    import struct
+
+    siocgifflags, siocsifflags, iff_up = 0x8913, 0x8914, 0x1
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        request = struct.pack("16sh22x", b"lo", 0)  # struct ifreq: name, flags, padding to 40 bytes
+        flags = struct.unpack("16sh22x", fcntl.ioctl(s, siocgifflags, request))[1]
+        fcntl.ioctl(s, siocsifflags, struct.pack("16sh22x", b"lo", flags | iff_up))
 
 
 def preload(between):
@@ -123,6 +172,7 @@ def _become(request, inherited):
             from ipyparallel.controller.app import main
 
             count_new_hearts_at_once()
+            ipc_urls_as_clients_build_them()
         else:
             from ipyparallel.engine.app import main
         main()
@@ -156,12 +206,30 @@ def count_new_hearts_at_once():
     HeartMonitor.handle_pong = handle_pong_counting_new
 
 
+def ipc_urls_as_clients_build_them():
+    """In the controller: join an ipc:// path and its port with ':', as ipyparallel's Client and
+    engines do when they read the connection file (its controller joins them with '-', the way
+    Jupyter kernels name ipc sockets, so nothing would connect). ipyparallel 9.2 (pinned)."""
+    from ipyparallel.controller.app import IPController
+
+    def construct_url(self, kind, channel, index=None):
+        info = {"engine": self.engine_info, "client": self.client_info, "internal": self.internal_info}[kind]
+        port = info[channel] if index is None else info[channel][index]
+        return f"{info['interface']}:{port}"
+
+    IPController.construct_url = construct_url
+
+
 def main(argv=None):
     gc.disable()  # no collection leaves freed holes in pages the forks share (Python's gc docs: fork)
-    workdir = (argv or sys.argv[1:])[0]
+    argv = argv or sys.argv[1:]
+    workdir = argv[0]
+    requests, replies = sys.stdin, sys.stdout
+    why = isolate() if "--private-network" in argv else "not asked for (DDPLab.private_network = False)"
+    replies.write(json.dumps({"network": "private"} if why is None else {"network": "shared", "why": why}) + "\n")
+    replies.flush()
     exits = os.path.join(workdir, "exits")
     signal.signal(signal.SIGCHLD, _reap(exits))
-    requests, replies = sys.stdin, sys.stdout
     inherited = [requests.fileno(), replies.fileno()]
 
     def serve(line):
@@ -198,16 +266,24 @@ def main(argv=None):
 
 
 # ---------------------------------------------------------------------------- the notebook's side
+log = logging.getLogger("ddplab")
 _zygote = None
 _zygote_lock = threading.Lock()
 
 
 def zygote():
-    """This process's zygote, started if it is not running (it then imports in the background)."""
+    """This process's zygote, started if it is not running (it then imports in the background),
+    or started again if DDPLab.private_network changed since."""
+    from .config import tunables
+
     global _zygote
+    private = tunables().private_network
     with _zygote_lock:
+        if _zygote is not None and _zygote.proc.poll() is None and _zygote.private_network_asked != private:
+            log.info("DDPLab.private_network is now %s: the engine fork server starts again", private)
+            _zygote.stop()
         if _zygote is None or _zygote.proc.poll() is not None:
-            _zygote = Zygote()
+            _zygote = Zygote(private)
         return _zygote
 
 
@@ -229,14 +305,26 @@ class Zygote:
     """The notebook's handle on a zygote process: ask it to fork, read how its children ended.
     Its folder (0700) holds the exit codes of what it forked."""
 
-    def __init__(self):
+    def __init__(self, private_network=True):
         self.workdir = tempfile.mkdtemp(prefix="ddplab-zygote-")
         # one thread while importing: each fork sets its own share (torch.set_num_threads)
         env = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
-        self.proc = subprocess.Popen([sys.executable, "-m", "ddplab.zygote", self.workdir], stdin=subprocess.PIPE,
+        self.private_network_asked = private_network
+        self.proc = subprocess.Popen([sys.executable, "-m", "ddplab.zygote", self.workdir,
+                                      *(["--private-network"] if private_network else [])], stdin=subprocess.PIPE,
                                      stdout=subprocess.PIPE, text=True, env=env, start_new_session=True)
         self.lock = threading.Lock()
         self.stages = []  # the stages it has said are loaded
+        self._network = None  # {"network": "private"} or {"network": "shared", "why": ...}, its first reply
+
+    @property
+    def network(self):
+        """("private", None) if what it forks lives in a network namespace of its own, else
+        ("shared", why)."""
+        with self.lock:
+            while self._network is None:
+                self._reply()
+        return self._network["network"], self._network.get("why")
 
     @property
     def pid(self):
@@ -250,6 +338,9 @@ class Zygote:
         reply = json.loads(line)
         if "ready" in reply:
             self.stages.append(reply["ready"])
+        if "network" in reply:
+            self._network = reply
+            log.info("engine fork server: network %s%s", reply["network"], f" ({reply['why']})" if "why" in reply else "")
         return reply
 
     def wait_ready(self, stage="engine"):

@@ -41,13 +41,27 @@ def _run(*args):
         raise HostsUnavailable(f"{' '.join(args)}: {out.stderr.strip()}")
 
 
+def free_subnet():
+    """A 10.77.X subnet no interface of this machine has an address in (10.77.0 if it is free)."""
+    import random
+
+    import psutil
+
+    used = {a.address.rsplit(".", 1)[0] for addrs in psutil.net_if_addrs().values() for a in addrs}
+    free = [f"10.77.{x}" for x in range(256) if f"10.77.{x}" not in used]
+    if not free:
+        raise HostsUnavailable("every 10.77.X subnet is in use on this machine")
+    return free[0] if free[0] == "10.77.0" else random.choice(free)
+
+
 class Hosts:
     """`n` namespaces on a bridge, a controller, one engine each (see the module docstring)."""
 
-    def __init__(self, n=4, subnet="10.77.0", heartbeat_ms=1000, misses=4, python=sys.executable):
+    def __init__(self, n=4, subnet=None, heartbeat_ms=1000, misses=4, python=sys.executable, encrypt=True):
         why = check()
         if why:
             raise HostsUnavailable(why)
+        subnet = subnet or free_subnet()  # two sets at once (a lesson and a test) must not share one
         self.n, self.subnet, self.python = n, subnet, python
         self.tag = secrets.token_hex(2)  # names are unique: two sets can exist at once
         self.bridge = f"ddpbr{self.tag}"
@@ -56,6 +70,7 @@ class Hosts:
         self.addresses = [f"{subnet}.{11 + i}" for i in range(n)]
         self.controller_address = f"{subnet}.1"
         self.heartbeat_ms, self.misses = heartbeat_ms, misses
+        self.encrypt = encrypt  # CurveZMQ between the hosts and the controller (and so ddplab's own traffic)
         self.profile = tempfile.mkdtemp(prefix="ddplab-hosts-")  # 0700: the connection files
         self.controller = None
         self.engines = {}  # host index -> Popen (its own session: ended by process group)
@@ -80,6 +95,7 @@ class Hosts:
         _run("ip", "link", "add", self.bridge, "type", "bridge")
         self._made.append(("link", self.bridge))
         _run("ip", "addr", "add", f"{self.controller_address}/24", "dev", self.bridge)
+        self._claim_subnet()
         _run("ip", "link", "set", self.bridge, "up")
         for i, (ns, address) in enumerate(zip(self.names, self.addresses)):
             veth = f"ddpv{self.tag}{i + 1}"
@@ -101,13 +117,32 @@ class Hosts:
         for i in range(self.n):
             self.start_engine(i)
 
+    def _claim_subnet(self):
+        """If another set took the same subnet meanwhile (both found it free), move to another."""
+        import psutil
+
+        holders = [name for name, addrs in psutil.net_if_addrs().items()
+                   if any(a.address == self.controller_address for a in addrs)]
+        if holders == [self.bridge]:
+            return
+        _run("ip", "addr", "del", f"{self.controller_address}/24", "dev", self.bridge)
+        self.subnet = free_subnet()
+        self.addresses = [f"{self.subnet}.{11 + i}" for i in range(self.n)]
+        self.controller_address = f"{self.subnet}.1"
+        _run("ip", "addr", "add", f"{self.controller_address}/24", "dev", self.bridge)
+        self._claim_subnet()
+
     def start_controller(self):
         log = open(os.path.join(self.profile, "controller.log"), "w")
         self.controller = subprocess.Popen(
             [self.python, "-m", "ipyparallel.controller", f"--ip={self.controller_address}",
              f"--profile-dir={self.profile}", f"--HeartMonitor.period={self.heartbeat_ms}",
-             f"--HeartMonitor.max_heartmonitor_misses={self.misses}"],
-            stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+             f"--HeartMonitor.max_heartmonitor_misses={self.misses}",
+             *(["--IPController.enable_curve=True"] if self.encrypt else [])],
+            stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+            # the messages' HMAC key, kept with CurveZMQ (ipyparallel would drop it); in the environment, not
+            # on the command line, where every account could read it
+            env={**os.environ, "IPP_SESSION_KEY": secrets.token_hex(16)})
         deadline = time.monotonic() + 60
         files = [os.path.join(self.profile, "security", f"ipcontroller-{kind}.json") for kind in ("engine", "client")]
         while not all(os.path.exists(f) for f in files):

@@ -180,19 +180,20 @@ print(say(f"every rank holds the same parameters (checksum {after_60[0][0]!r}) a
 #          "optimizer": opt.state_dict(),         # SGD's momentum buffers (Adam: its moments, step)
 #          "step": step,
 #          "extra": {}}                           # any other keywords given to save()
-# tmp = f"{path}.tmp-{os.getpid()}"
-# with open(tmp, "wb") as f:
+# fd, tmp = tempfile.mkstemp(prefix=f".{name}.tmp-", dir=folder)  # a new file, a random name
+# with open(fd, "wb") as f:
 #     torch.save(state, f)
 #     f.flush()
 #     os.fsync(f.fileno())                        # the bytes are on disk ...
 # os.replace(tmp, path)                           # ... before the rename, which is atomic
 # ```
 #
-# then every rank waits in `dist.barrier()` until the file is written. (It also creates the file
-# readable by its owner only, removes temporary files left by a save that was killed, and fsyncs the
-# folder so that the rename itself is durable.) `load(path, model, opt)` reads the file on rank 0
-# only, with `torch.load(path, map_location="cpu", weights_only=False)`, sends it to the other ranks
-# with `dist.broadcast_object_list`, and on every rank calls `model.module.load_state_dict(...)` and
+# then every rank waits in `dist.barrier()` until the file is written. (The temporary file is
+# created exclusively, readable by its owner only, and never through a link someone planted; save
+# removes its own temporary files left by a save that was killed, and fsyncs the folder so that the
+# rename itself is durable.) `load(path, model, opt)` reads the file on rank 0 only, with
+# `torch.load(path, map_location="cpu", weights_only=True)`, sends it to the other ranks with
+# `dist.broadcast_object_list`, and on every rank calls `model.module.load_state_dict(...)` and
 # `opt.load_state_dict(...)`; it returns the step.
 #
 # Random number generator states are **not** in it. This loop does not need them: each step's batch
@@ -201,9 +202,12 @@ print(say(f"every rank holds the same parameters (checksum {after_60[0][0]!r}) a
 # own), and restore it with `torch.set_rng_state`.
 #
 # `weights_only=True` (torch.load's default since torch 2.6) unpickles only tensors, numbers, strings
-# and plain containers, never arbitrary Python objects: use it for files you did not write yourself.
-# ddplab passes `False` because `extra` may hold any object. The reference run's checkpoint holds
-# only plain types, so the safe mode reads it. Rank 0 looks inside:
+# and plain containers, never arbitrary Python objects, so a file someone else put at that path
+# cannot run code in the ranks. That is why ddplab's `save` takes extras that are tensors or plain
+# values only, and `load` refuses anything else with a message. (Loading with `weights_only=True` had
+# holes of its own before torch 2.10: CVE-2025-32434, fixed in 2.6, and CVE-2026-24747, fixed in
+# 2.10. ddplab needs torch 2.13 or newer.) Rank 0 looks inside the reference run's checkpoint the
+# same way:
 
 # %% [markdown] lang=zh
 # ## 用普通的 torch 代码看检查点里有什么
@@ -216,17 +220,16 @@ print(say(f"every rank holds the same parameters (checksum {after_60[0][0]!r}) a
 #          "optimizer": opt.state_dict(),         # SGD 的动量缓冲区（Adam：它的一阶、二阶矩和步数）
 #          "step": step,
 #          "extra": {}}                           # 传给 save() 的其他关键字参数
-# tmp = f"{path}.tmp-{os.getpid()}"
-# with open(tmp, "wb") as f:
+# fd, tmp = tempfile.mkstemp(prefix=f".{name}.tmp-", dir=folder)  # 一个新文件，名字是随机的
+# with open(fd, "wb") as f:
 #     torch.save(state, f)
 #     f.flush()
 #     os.fsync(f.fileno())                        # 先确保数据已经写到磁盘上……
 # os.replace(tmp, path)                           # ……再重命名，而重命名是原子操作
 # ```
 #
-# 然后每个 rank 都在 `dist.barrier()` 中等待，直到文件写完。（它还让文件只有所有者可读，删除被杀掉的
-# 保存过程遗留的临时文件，并对所在目录做 fsync，让重命名本身也持久生效。）`load(path, model, opt)` 只在
-# rank 0 上用 `torch.load(path, map_location="cpu", weights_only=False)` 读取文件，再用
+# 然后每个 rank 都在 `dist.barrier()` 中等待，直到文件写完。（临时文件以独占方式新建，只有所有者可读，绝不会顺着别人放下的链接写下去；save 会删除被杀掉的保存过程遗留下来的、它自己的临时文件，并对所在目录做 fsync，让重命名本身也持久生效。）`load(path, model, opt)` 只在
+# rank 0 上用 `torch.load(path, map_location="cpu", weights_only=True)` 读取文件，再用
 # `dist.broadcast_object_list` 发送给其他 rank，然后在每个 rank 上调用 `model.module.load_state_dict(...)`
 # 和 `opt.load_state_dict(...)`；它返回步数。
 #
@@ -234,9 +237,7 @@ print(say(f"every rank holds the same parameters (checksum {after_60[0][0]!r}) a
 # 的生成器。如果训练循环用 torch 的全局生成器来打乱数据或做 dropout，就还要保存每个 rank 的
 # `torch.get_rng_state()`（每个 rank 各有一份），恢复时用 `torch.set_rng_state` 设置回去。
 #
-# `weights_only=True`（自 torch 2.6 起是 torch.load 的默认值）只反序列化张量、数字、字符串和普通容器，
-# 绝不还原任意的 Python 对象：读取不是你自己写的文件时，请使用它。ddplab 传入 `False`，是因为 `extra`
-# 里可能有任何对象。参照运行的检查点里只有普通类型，所以安全模式也能读取它。让 rank 0 看看里面：
+# `weights_only=True`（自 torch 2.6 起是 torch.load 的默认值）只反序列化张量、数字、字符串和普通容器，绝不还原任意的 Python 对象，所以别人放在那个路径上的文件没法在 rank 里运行代码。正因为如此，ddplab 的 `save` 只接受张量或普通值作为额外内容，`load` 遇到别的东西会拒绝并说明原因。（`weights_only=True` 在 torch 2.10 之前也有自己的漏洞：CVE-2025-32434 在 2.6 修复，CVE-2026-24747 在 2.10 修复。ddplab 需要 torch 2.13 或更新的版本。）让 rank 0 用同样的方式看看参照运行的检查点里面：
 
 # %%
 %%ddp --ranks 0

@@ -1,11 +1,19 @@
-"""Another user of the machine attacks a running pool: python3 intruder.py PLAN.json MARKER
+"""Another user of the machine attacks running pools: python3 intruder.py MODE PLAN.json
 
 Run as a second Unix user (stdlib only: it cannot import the owner's packages). PLAN lists the
-pool's listening TCP sockets, its socket files and its private folder. To every TCP socket it
-sends a pickle that would create MARKER if anything unpickled it, random bytes, and a forged
-telemetry batch (a wrong signature), both raw and as a zmq peer of every kind (ZMTP 3.0, NULL
-mechanism, written here by hand); it tries to connect to every socket file and to read every
-file of the folder. Prints JSON: what it reached and what it could read."""
+pools' listening TCP sockets, their socket files and private folders. Prints JSON.
+
+listen  connect to every TCP socket as a zmq SUB peer (ZMTP 3.0, NULL mechanism, written here by
+        hand), subscribe to everything, and read for PLAN["seconds"]: how many bytes each socket
+        sent, and whether PLAN["secret"] was among them. PLAN["control"] is a socket that does
+        publish the secret (the test's own): reading it shows the listener works.
+junk    for PLAN["seconds"], send to every TCP socket, over and over: random bytes, bytes shaped as an
+        old-style ZMTP/1.0 peer (which zmq still accepts as frames), a pickle that would create
+        PLAN["marker"] if anything unpickled it, and forged messages as a zmq peer of every kind;
+        try to connect to every socket file and to read every file of the folders. Reports what it
+        reached, and which sockets hung up at once on the ZMTP/1.0 greeting (a CurveZMQ server
+        refuses a peer that cannot do the CURVE handshake before reading any frame).
+"""
 import json
 import os
 import pickle
@@ -13,6 +21,8 @@ import random
 import socket
 import struct
 import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
 
 
 class Evil:
@@ -30,8 +40,8 @@ def frame(body, more=False, command=False):
     return bytes([flags, len(body)]) + body
 
 
-def zmtp(sock, kind, messages):
-    """Handshake as a zmq socket of `kind`, then send each message (a list of frames)."""
+def handshake(sock, kind):
+    """ZMTP 3.0 greeting and READY as a zmq socket of `kind`; False if the peer hung up."""
     sock.sendall(b"\xff" + b"\x00" * 8 + b"\x7f\x03\x00" + b"NULL".ljust(20, b"\x00") + b"\x00" * 32)
     got = b""
     while len(got) < 64:
@@ -42,95 +52,153 @@ def zmtp(sock, kind, messages):
     name = b"Socket-Type"
     sock.sendall(frame(b"\x05READY" + bytes([len(name)]) + name + struct.pack(">I", len(kind)) + kind.encode(),
                        command=True))
-    for parts in messages:
-        for i, part in enumerate(parts):
-            sock.sendall(frame(part, more=i < len(parts) - 1))
-    try:  # read what the peer says before closing: closing on unread data resets the connection,
-        sock.settimeout(0.3)  # and the peer would drop what it had not read yet
-        while sock.recv(4096):
-            pass
-    except OSError:
-        pass
     return True
 
 
-def payloads(marker):
-    evil = pickle.dumps(Evil(marker))
-    forged = [b"\x00" * 32, json.dumps({"v": 1, "rank": 0, "cell": 1, "n": 1, "final": False, "events": [],
-                                         "extras": []}).encode()] + [struct.pack("<d", 1.0)] * 4
-    return evil, [[evil], [os.urandom(200)], forged, [b"", b"<IDS|MSG>", evil, evil, evil, evil]]
+def zmtp1_junk():
+    """An old-style (ZMTP/1.0) peer: an identity frame, then frames of random bytes ([length incl.
+    flags][flags][body]); zmq takes a first byte other than 0xFF as such a peer."""
+    out = b"\x01\x00"  # an empty identity
+    for _ in range(random.randint(1, 6)):
+        body = os.urandom(random.randint(0, 200))
+        out += bytes([len(body) + 1, random.choice((0, 1))]) + body
+    return out
 
 
-def attack_tcp(host, port, marker):
-    evil, messages = payloads(marker)
-    reached = []
-    for kind in ("raw", "DEALER", "PUSH", "PUB", "ROUTER", "REQ", "PAIR"):
-        try:
-            with socket.create_connection((host, port), timeout=1) as s:
-                if kind == "raw":
-                    s.sendall(evil + os.urandom(512))
-                    ok = True
-                else:
-                    ok = zmtp(s, kind, messages)
-                if ok:
-                    reached.append(kind)
-        except OSError:
-            pass
-    return reached
+def hangs_up(sock, seconds=1.0):
+    """Whether the peer closes the connection within `seconds` (without sending anything of note)."""
+    sock.settimeout(seconds)
+    try:
+        while True:
+            chunk = sock.recv(4096)
+            if not chunk:
+                return True
+    except socket.timeout:
+        return False
+    except OSError:  # reset: it closed with our bytes unread
+        return True
 
 
-def attack_unix(path, marker):
-    evil, messages = payloads(marker)
+# ------------------------------------------------------------------ listen
+def listen(host, port, seconds, secret):
+    got = b""
+    try:
+        with socket.create_connection((host, port), timeout=2) as s:
+            if not handshake(s, "SUB"):
+                return {"connected": True, "bytes": 0, "secret": False}
+            s.sendall(frame(b"\x01"))  # ZMTP 3.0 subscription: everything
+            deadline = time.monotonic() + seconds
+            while time.monotonic() < deadline:
+                s.settimeout(max(0.05, deadline - time.monotonic()))
+                try:
+                    chunk = s.recv(65536)
+                except OSError:
+                    continue
+                if not chunk:
+                    break
+                got += chunk
+    except OSError:
+        return {"connected": False, "bytes": 0, "secret": False}
+    return {"connected": True, "bytes": len(got), "secret": secret.encode() in got}
+
+
+def unix_reachable(path):
     try:
         with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
             s.settimeout(2)
             s.connect(path)
-            zmtp(s, "PUSH", messages)
             return True
     except OSError:
         return False
 
 
-def read_everything(folder):
-    read = []
-    try:
-        names = os.listdir(folder)
-        read.append(folder)
-    except OSError:
-        names = []
-    for root, dirs, files in os.walk(folder):
-        for name in files:
-            try:
-                with open(os.path.join(root, name), "rb") as f:
-                    f.read(1)
-                read.append(os.path.join(root, name))
-            except OSError:
-                pass
-    for name in names:  # in case walking was refused but listing was not
-        path = os.path.join(folder, name)
+# ------------------------------------------------------------------ junk
+def payloads(marker):
+    evil = pickle.dumps(Evil(marker))
+    forged = [b"\x00" * 32, json.dumps({"v": 1, "rank": 0, "gen": 1, "seq": 10**9, "cell": 1, "n": 1,
+                                         "final": False, "events": [], "extras": []}).encode()] + [struct.pack("<d", 1.0)] * 4
+    return evil, [[evil], [os.urandom(200)], forged, [b"", b"<IDS|MSG>", evil, evil, evil, evil]]
+
+
+def junk_once(host, port, marker):
+    """One round of every shape at one socket: (reached, hung up on the ZMTP/1.0 greeting)."""
+    evil, messages = payloads(marker)
+    reached, refused = [], None
+    for kind in ("raw", "zmtp1", "DEALER", "PUSH", "PUB", "ROUTER", "REQ", "PAIR"):
         try:
-            with open(path, "rb") as f:
-                f.read(1)
-            read.append(path)
+            with socket.create_connection((host, port), timeout=1) as s:
+                if kind == "raw":
+                    s.sendall(os.urandom(random.randint(1, 512)) + evil)
+                elif kind == "zmtp1":
+                    s.sendall(zmtp1_junk())
+                    refused = hangs_up(s)
+                elif handshake(s, kind):
+                    for parts in messages:
+                        s.sendall(b"".join(frame(p, more=i < len(parts) - 1) for i, p in enumerate(parts)))
+                    hangs_up(s, 0.2)  # read before closing: closing on unread data resets the connection
+                reached.append(kind)
         except OSError:
             pass
+    return reached, refused
+
+
+def junk(plan):
+    seconds, marker = plan["seconds"], plan["marker"]
+    report = {"tcp": {}, "refused_zmtp1": {}, "unix": {}, "read": [], "rounds": 0}
+    deadline = time.monotonic() + seconds
+    with ThreadPoolExecutor(16) as pool:
+        while True:
+            results = pool.map(lambda t: junk_once(*t, marker), plan["tcp"])
+            for (host, port), (reached, refused) in zip(plan["tcp"], results):
+                key = f"{host}:{port}"
+                report["tcp"][key] = sorted(set(report["tcp"].get(key, [])) | set(reached))
+                if refused is not None:
+                    report["refused_zmtp1"][key] = refused
+            report["rounds"] += 1
+            if time.monotonic() >= deadline:
+                break
+    for path in plan["unix"]:
+        report["unix"][path] = unix_reachable(path)
+    for folder in plan["folders"]:
+        report["read"] += read_everything(folder)
+    return report
+
+
+def read_everything(folder):
+    read = []
+    for root, dirs, files in os.walk(folder):
+        for name in dirs + files:
+            path = os.path.join(root, name)
+            try:
+                if os.path.isdir(path):
+                    os.listdir(path)
+                else:
+                    with open(path, "rb") as f:
+                        f.read(1)
+                read.append(path)
+            except OSError:
+                pass
+    try:
+        os.listdir(folder)
+        read.append(folder)
+    except OSError:
+        pass
     return read
 
 
-def main(plan_path, marker):
+def main(mode, plan_path):
     with open(plan_path) as f:
         plan = json.load(f)
-    report = {"uid": os.getuid(), "tcp": {}, "unix": {}, "read": []}
     random.seed()
-    from concurrent.futures import ThreadPoolExecutor
-
-    with ThreadPoolExecutor(16) as pool:  # many sockets, each waited on for a moment
-        for (host, port), reached in zip(plan["tcp"], pool.map(lambda t: attack_tcp(*t, marker), plan["tcp"])):
-            report["tcp"][f"{host}:{port}"] = reached
-    for path in plan["unix"]:
-        report["unix"][path] = attack_unix(path, marker)
-    for folder in plan["folders"]:
-        report["read"] += read_everything(folder)
+    if mode == "listen":
+        targets = [*plan["tcp"], *([plan["control"]] if plan.get("control") else [])]
+        with ThreadPoolExecutor(max(1, len(targets))) as pool:
+            heard = list(pool.map(lambda t: listen(*t, plan["seconds"], plan["secret"]), targets))
+        report = {"uid": os.getuid(), "tcp": {f"{h}:{p}": r for (h, p), r in zip(plan["tcp"], heard)},
+                  "control": heard[-1] if plan.get("control") else None,
+                  "unix": {path: unix_reachable(path) for path in plan["unix"]}}
+    else:
+        report = {"uid": os.getuid(), **junk(plan)}
     print(json.dumps(report))
 
 

@@ -165,17 +165,24 @@ def test_fault_drills(ip, whole, capsys):
             ip.run_line_magic("ddp_fault", line)
 
 
-def test_the_pool_listens_on_loopback_only_and_keeps_its_keys_private(pool):
-    import psutil
+def test_the_pool_opens_no_port_of_ipyparallels_and_keeps_its_keys_private(pool):
+    """ipyparallel's controller, schedulers, engines and this client talk over socket files in the
+    pool's private folder; the only TCP listeners are gloo's, in the ranks, on loopback, inside a
+    network namespace of the pool's own (this machine runs as root: it allows one)."""
+    from ddplab.privacy import network_namespace, tcp_listeners
 
     pool.run("t = torch.ones(1)\ndist.all_reduce(t)")
-    listening = []
-    for pid in pool.pids() + [os.getpid(), pool.pool.reaper_pid]:
-        for c in psutil.Process(pid).net_connections(kind="inet"):
-            if c.status == psutil.CONN_LISTEN:
-                listening.append((pid, c.laddr.ip))
-    assert len(listening) >= 4 + 2 * 4  # controller and schedulers, gloo in every rank, telemetry
-    assert {ip for _, ip in listening} <= {"127.0.0.1", "::1"}, listening
+    gloo = {p for i in pool.info for p in i["ports"]}
+    ranks = {i["pid"] for i in pool.info}
+    listening = {pid: tcp_listeners(pid) for pid in pool.pids() + [os.getpid(), pool.pool.reaper_pid]}
+    assert len(listening) >= 1 + 4 + 3  # controller, its schedulers and heart monitor, 4 ranks, this process
+    assert {pid for pid, found in listening.items() if found} == ranks, listening
+    assert all(ip == "127.0.0.1" and port in gloo for pid in ranks for ip, port in listening[pid]), listening
+    assert len(gloo) >= 4  # (one per rank, and more for groups made by earlier cells)
+    assert pool.pool.network == ("private", None)
+    assert {network_namespace(pid) for pid in pool.pids()} != {network_namespace(os.getpid())}
+    assert len({network_namespace(pid) for pid in pool.pids()}) == 1
+    assert pool.pool.connection_info()["interface"] == f"ipc://{pool.pool.workdir}/ipp"
     security = os.path.join(pool.pool.workdir, "security")
     keys = [f for f in os.listdir(security) if f.startswith("ipcontroller-")]
     assert len(keys) == 2

@@ -36,7 +36,9 @@ def registered(hosts, n, timeout=60):
     client = ipp.Client(hosts.client_file)
     try:
         client.wait_for_engines(n, timeout=timeout, interactive=False)
-        client[:].execute("import torch, torch._dynamo, torch.distributed", block=True)
+        # (the result, not the output: a client that just connected may miss an engine's first output on
+        # iopub, zmq's slow joiner, and ipyparallel would wait for it without end)
+        client[:].execute("import torch, torch._dynamo, torch.distributed", block=False).get(timeout=timeout)
         return len(client.ids)
     finally:
         client.close()
@@ -44,6 +46,53 @@ def registered(hosts, n, timeout=60):
 
 def ddp(ip, cell, line=""):
     return ip.run_cell(f"%%ddp {line}\n{cell}")
+
+
+@pytest.fixture(scope="module")
+def intruder():
+    from .second_user import make_user
+
+    yield from make_user()
+
+
+def test_what_crosses_hosts_is_encrypted_and_junk_is_refused_before_any_frame(ip, no_pool, hosts, intruder, capsys):
+    """The hosts' controller was started with CurveZMQ (as %ddp_start --encrypt starts one): ddplab's
+    telemetry and rank 0's rendezvous store follow it. Another user of the machine sends junk to every
+    port of it, ZMTP/1.0-shaped bytes included: each hangs up on it before reading a frame, nothing
+    reaches a parser (no drops to count), and the pool works on."""
+    import json
+
+    from .second_user import run_as
+
+    assert registered(hosts, 4) == 4
+    ip.run_line_magic("ddp_start", f"--connect {hosts.client_file} --threads 1")
+    lab = no_pool.lab
+    try:
+        assert lab.pool.encrypted and lab.pool.signed
+        ip.run_line_magic("ddp_status", "")
+        status = capsys.readouterr().out
+        assert "signed (HMAC-SHA256), encrypted (CurveZMQ)" in status and "each message newer than the last, " \
+            "encrypted" in status, status
+        files = [json.load(open(hosts.client_file)),
+                 json.load(open(hosts.client_file.replace("-client.json", "-engine.json")))]
+        ports = {p for info in files for k, v in info.items() if k not in ("key", "location", "ssh")
+                 for p in (v if isinstance(v, list) else [v]) if isinstance(p, int)}
+        tcp = [[hosts.controller_address, p] for p in sorted(ports)]
+        telemetry = lab.telemetry.address[len("tcp://"):].rsplit(":", 1)
+        store = lab.group.where[len("signed://"):].rsplit(":", 1)
+        tcp += [[telemetry[0], int(telemetry[1])], [store[0], int(store[1])]]
+        assert ddp(ip, "t = torch.ones(1)\ndist.all_reduce(t)").success
+        report = run_as(intruder, "junk", {"tcp": tcp, "unix": [], "folders": [], "seconds": 3,
+                                           "marker": "/tmp/ddplab-never"})
+        assert report["rounds"] >= 1 and len(report["refused_zmtp1"]) == len(tcp), report
+        assert all(report["refused_zmtp1"].values()), report  # CurveZMQ: no old-style peer is even read
+        res = ddp(ip, "t = torch.ones(1) * (rank + 1)\ndist.all_reduce(t)\nprint(t.item())")
+        out = capsys.readouterr().out
+        assert res.success and all(f"[rank {r}] 10.0" in out for r in range(4)), out
+        assert lab.pool.dropped == {} and not lab.telemetry.dropped, (lab.pool.dropped, lab.telemetry.dropped)
+    finally:
+        ip.run_line_magic("ddp_stop", "")
+    capsys.readouterr()
 
 
 def test_a_pool_attached_to_four_hosts(ip, no_pool, hosts, capsys):

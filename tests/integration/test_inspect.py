@@ -151,17 +151,32 @@ def test_post_mortem_debugger_in_terminal_ipython():
 
 def test_a_cut_meant_for_an_earlier_group_does_not_break_the_group_formed_since(pool):
     """A cut (sent when ranks wait in collectives that cannot finish) can reach a rank after the
-    group was re-formed: it must not break the new one. The same cut for the current group does."""
+    group was re-formed, or be sent again by someone who saw it: it must not break the new group.
+    A cut for the current group does break it."""
+    from ddplab import wire
+
     loop = "import time\nt = torch.ones(1)\nfor _ in range(60):\n    dist.all_reduce(t)\n    time.sleep(0.02)"
     ports = sorted({p for i in pool.info for p in i.get("ports", ())})
-    for generation, breaks in ((pool.group.generation - 1, False), (pool.group.generation, True)):
+    telemetry, gen = pool.telemetry, pool.group.generation
+
+    def cuts(generation, seq):
+        return {r: wire.encode_command(telemetry.key, r, generation, seq, cmd="cut", ports=ports) for r in range(4)}
+
+    def breaks(frames):
         bg = pool.run(loop, background=True)
-        for r in range(4):
-            pool.telemetry.command(r, cmd="cut", ports=ports, generation=generation)
+        assert all(telemetry.heard(r) for r in range(4))
+        with telemetry._lock:  # sent as the notebook sends commands, on each rank's connection
+            for r, message in frames.items():
+                telemetry.socket.send_multipart([telemetry._routes[r], *message])
         try:
             bg.result(60)
-            broke = False
+            return False
         except Exception:  # noqa: BLE001 - the cut collective fails on the ranks
-            broke = True
-        assert broke == breaks, f"a cut for generation {generation} (the group's: {pool.group.generation})"
+            return True
+
+    current = cuts(gen, 10**12)
+    assert not breaks(cuts(gen - 1, 10**12 + 1)), "a cut for the forming before"
+    assert breaks(current), "a cut for the current forming"
+    assert pool.group.generation == gen + 1  # re-formed after the cut
+    assert not breaks(current), "the same cut again, after the group was formed again"
     assert healthy(pool)

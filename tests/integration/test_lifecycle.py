@@ -199,20 +199,20 @@ def test_a_kill_during_save_leaves_the_previous_checkpoint_whole(tmp_path):
     try:
         assert child.stdout.readline().strip() == "saved"
         deadline = time.monotonic() + 30
-        while not list(tmp_path.glob("ckpt.pt.tmp-*")) and time.monotonic() < deadline:
+        while not list(tmp_path.glob(".ckpt.pt.tmp-*")) and time.monotonic() < deadline:
             time.sleep(0.005)
         child.kill()  # kill -9 in the middle of writing
         child.wait(10)
     finally:
         if child.poll() is None:
             child.kill()
-    assert list(tmp_path.glob("ckpt.pt.tmp-*"))  # it was writing
+    assert list(tmp_path.glob(".ckpt.pt.tmp-*"))  # it was writing
     import ddplab.checkpoint as ck
 
     model = torch.nn.Linear(2, 2)
     assert ck.load(path, model) == 1 and ck.load_extra(path) == {"note": "small"}
     ck.save(path, model, None, step=3)
-    assert ck.load(path, model) == 3 and not list(tmp_path.glob("ckpt.pt.tmp-*"))  # leftovers cleaned
+    assert ck.load(path, model) == 3 and not list(tmp_path.glob(".ckpt.pt.tmp-*"))  # leftovers cleaned
 
 
 def test_when_the_kernel_dies_the_pool_ends_by_itself(tmp_path):

@@ -222,3 +222,68 @@ def test_the_monitor_redraws_at_most_once_a_frame_and_only_when_something_change
     monitor.last_frame -= tunables().frame
     monitor.poll()
     assert calls["draws"] == 2
+
+
+class FakeTelemetry:
+    """The telemetry of ranks whose batches the test hands in."""
+
+    def __init__(self, heard):
+        self.waiting, self.heard_ranks = [], set(heard)
+
+    def batches(self):
+        out, self.waiting = self.waiting, []
+        return out
+
+    def heard(self, rank):
+        return rank in self.heard_ranks
+
+    def wait(self, ms):
+        time.sleep(ms / 1000)
+
+
+def batch(rank, final=False, begin=False):
+    from ddplab.wire import Batch
+
+    empty = []
+    return Batch(rank, 1, final, empty, empty, empty, empty, [(0.0, "begin", None)] if begin else [])
+
+
+def test_a_cell_or_result_lost_on_the_way_ends_the_cell_with_an_error_not_a_wait():
+    """Rank 0 said it finished but its result never came; rank 1 never said it began (though heard
+    since the group formed); rank 2 still runs. reply_grace later both are out of the cell, named,
+    rank 2 is cut free, and the group is re-formed; the monitor never waits for them."""
+    monitor, replies, calls, _ = fake_monitor(cut=True)
+    telemetry = monitor.telemetry = FakeTelemetry(heard={0, 1, 2})
+    telemetry.waiting = [batch(0, begin=True, final=True), batch(2, begin=True)]
+    monitor.poll()
+    assert not monitor.check() and monitor.undelivered == {}  # not yet: they may be slow
+    monitor.started -= tunables().reply_grace
+    monitor.finals[0] -= tunables().reply_grace
+    assert not monitor.check()
+    assert monitor.undelivered == {0: "reply", 1: "request"} and calls["cut"] == [[2]]
+    assert monitor.running() == [2] and monitor.live.run_state.states[0] == st.FAILED
+    replies.replies[2] = CUT
+    assert monitor.check()
+    outcome = monitor.finish(grace=0)
+    result = collect(outcome, monitor.live.run_state, INFO, 1.0)
+    assert [result.failed[r].ename for r in (0, 1)] == ["ResultNotDelivered", "CellNotDelivered"]
+    assert "ipyparallel lost the cell on the way" in result.failed[1].evalue
+    assert plan_recovery(outcome, result).reform
+
+
+def test_a_rank_never_heard_from_is_not_declared_lost_on_the_way():
+    """Telemetry that cannot reach the notebook (a firewall between hosts) must not fail every cell."""
+    monitor, replies, calls, _ = fake_monitor()
+    monitor.telemetry = FakeTelemetry(heard=set())
+    monitor.started -= 2 * tunables().reply_grace
+    assert not monitor.check() and monitor.undelivered == {}
+
+
+def test_settling_after_sigint_is_bounded_even_when_engines_never_answer():
+    monitor, replies, calls, _ = fake_monitor()
+    monitor.reply_grace, monitor.escalate = 0.05, 0.01
+    monitor.interrupt()
+    tic = time.monotonic()
+    monitor.settle()
+    assert time.monotonic() - tic < 2 and set(monitor.lost) == {0, 1, 2}
+    assert all("did not answer" in why for why in monitor.lost.values()) or calls["kill"]

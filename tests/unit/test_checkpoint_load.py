@@ -52,3 +52,20 @@ def test_a_planted_file_is_refused_and_runs_nothing(tmp_path):
 def test_a_missing_checkpoint_says_so(tmp_path):
     with pytest.raises(FileNotFoundError):
         ck.load(tmp_path / "none.pt", torch.nn.Linear(3, 2))
+
+
+def test_saving_never_writes_through_a_planted_link_nor_a_predictable_name(tmp_path):
+    """Someone who can write the folder plants a symlink at the name an earlier ddplab would have used
+    (ckpt.pt.tmp-PID), and at every name they can guess: save creates its own file, exclusively."""
+    model, opt = _model_and_optimizer()
+    path = tmp_path / "ckpt.pt"
+    victim = tmp_path / "victim"
+    victim.write_text("precious")
+    for name in (f"ckpt.pt.tmp-{os.getpid()}", f".ckpt.pt.tmp-{os.getpid()}"):
+        (tmp_path / name).symlink_to(victim)
+    ck.save(path, model, opt, 1)
+    assert victim.read_text() == "precious" and ck.load(path, torch.nn.Linear(3, 2)) == 1
+    assert oct(os.stat(path).st_mode & 0o777) == "0o600"
+    leftovers = sorted(p.name for p in tmp_path.iterdir() if "tmp-" in p.name)
+    assert leftovers == sorted([f"ckpt.pt.tmp-{os.getpid()}", f".ckpt.pt.tmp-{os.getpid()}"])  # theirs, untouched
+    assert all((tmp_path / n).is_symlink() for n in leftovers)

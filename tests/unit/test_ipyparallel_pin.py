@@ -61,3 +61,16 @@ print("ok")
 """
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert out.stdout.strip() == "ok", out.stderr[-2000:]
+
+
+def test_ipc_urls_are_joined_differently_by_the_controller_and_its_clients():
+    """zygote.ipc_urls_as_clients_build_them makes the forked controller join an ipc:// path and its
+    'port' with ':', as ipyparallel's Client and engines do; its own construct_url joins them with
+    '-' (Jupyter's way), so nothing would connect. This fails when ipyparallel makes them agree."""
+    from ipyparallel.client.client import Client
+    from ipyparallel.controller.app import IPController
+    from ipyparallel.engine.app import IPEngine
+
+    assert "sep = '-' if interface.partition(\"://\")[0] == 'ipc' else ':'" in inspect.getsource(IPController.construct_url)
+    assert "cfg[key] = f\"{cfg['interface']}:{cfg[key]}\"" in inspect.getsource(Client.__init__)
+    assert "f\"{d['interface']}:{d['registration']}\"" in inspect.getsource(IPEngine)

@@ -1,6 +1,7 @@
 """The telemetry wire format: data only, signed, and nothing from a socket can make it raise."""
 import os
 import pickle
+import time
 from array import array
 
 from hypothesis import given, settings
@@ -93,3 +94,67 @@ def test_a_point_half_logged_by_one_thread_is_not_sent_by_the_other():
     cols, extras = c.since(0, len(c))
     batch, why = wire.decode(KEY, wire.encode(KEY, 0, 1, cols, extras=extras))
     assert why is None and len(batch) == 3 and batch.extras["lr"][1].tolist() == [0.1] * 3
+
+
+def test_the_notebook_accepts_each_ranks_batches_only_newer_than_the_last(tmp_path):
+    """Over a real socket: a batch sent again, one out of order, one of an earlier forming of the
+    group, and an unsigned one are dropped and counted; the rank is reached on the connection of its
+    last good batch, never by a name the connecting side claims."""
+    import zmq
+
+    from ddplab.telemetry import Telemetry
+
+    telemetry = Telemetry(f"ipc://{tmp_path}", KEY)
+    telemetry.generation = 3
+    ctx = zmq.Context.instance()
+    rank, impostor = ctx.socket(zmq.DEALER), ctx.socket(zmq.DEALER)
+    impostor.setsockopt(zmq.IDENTITY, b"rank0")  # the name the old protocol routed by
+    for s in (rank, impostor):
+        s.connect(telemetry.address)
+    try:
+        first, second = wire.encode(KEY, 0, 1, columns(1), gen=3, seq=1), wire.encode(KEY, 0, 1, columns(2), gen=3, seq=2)
+        rank.send_multipart(second)
+        impostor.send_multipart(first)  # older than what came: out of order
+        impostor.send_multipart(second)  # the same again: a replay
+        impostor.send_multipart(wire.encode(KEY, 0, 1, columns(1), gen=2, seq=9))  # an earlier forming
+        impostor.send_multipart(wire.encode(b"x" * 32, 0, 1, columns(1), gen=3, seq=10))  # not the pool's key
+        got = []
+        deadline = time.monotonic() + 5
+        while sum(telemetry.dropped.values()) < 4 and time.monotonic() < deadline:
+            telemetry.wait(20)
+            got += telemetry.batches()
+        assert [(b.seq, len(b)) for b in got] == [(2, 2)]
+        assert {why: n for (why, _), n in telemetry.dropped.items()} == {"replayed": 2, "late": 1, "unsigned": 1}
+        assert telemetry.last_accepted(0) == (3, 2)
+        assert telemetry.command(0, cmd="knob", name="x", value=1)
+        assert rank.poll(2000) and not impostor.poll(200)  # the command went to the rank's own connection
+        command = wire.decode_command(KEY, rank.recv_multipart(), 0, 3, 0)
+        assert command["cmd"] == "knob" and command["seq"] == 1
+        assert wire.decode_command(KEY, wire.encode_command(KEY, 0, 3, 1, cmd="cut"), 0, 3, 1) is None  # again
+        assert wire.decode_command(KEY, wire.encode_command(KEY, 1, 3, 2, cmd="cut"), 0, 3, 1) is None  # another's
+        assert wire.decode_command(KEY, wire.encode_command(KEY, 0, 2, 2, cmd="cut"), 0, 3, 1) is None  # old forming
+        assert not telemetry.command(1, cmd="knob")  # a rank never heard: nothing routes to it
+    finally:
+        rank.close(0)
+        impostor.close(0)
+        telemetry.close()
+
+
+def test_a_flood_is_read_a_bounded_amount_at_a_time(tmp_path):
+    import zmq
+
+    from ddplab.telemetry import Telemetry
+
+    telemetry = Telemetry(f"ipc://{tmp_path}", KEY)
+    flood = zmq.Context.instance().socket(zmq.DEALER)
+    flood.connect(telemetry.address)
+    try:
+        time.sleep(0.2)  # connected
+        for _ in range(3 * Telemetry.MAX_READ):
+            flood.send_multipart([b"junk"])
+        time.sleep(0.5)
+        telemetry.batches()
+        assert 0 < sum(telemetry.dropped.values()) <= Telemetry.MAX_READ
+    finally:
+        flood.close(0)
+        telemetry.close()
