@@ -614,27 +614,29 @@ class Lab:
                  "compile_cache": pool.compile_cache or next((i["compile_cache"] for i in self.info), None)}
         return protections(facts, self.config.lang)
 
-    def warnings(self):
-        """What the user should hear once the pool runs: a refused compile cache; and, on a machine
-        with other accounts, what of the pool or of this kernel they can reach."""
+    def exposure(self):
+        """What the user should hear once the pool runs, as (warning?, sentence): a refused compile
+        cache; and, on a machine with other accounts, whether this kernel's channel is private and
+        what of the pool they can reach."""
         from .privacy import kernel_channel, kernel_text, other_accounts
 
         say, found = self.config.say, []
         refused = {i["compile_refused"] for i in self.info if i.get("compile_refused")} | (
             {self.pool.compile_refused} if self.pool.compile_refused else set())
-        found += sorted(refused)
+        found += [(True, text) for text in sorted(refused)]
         others = other_accounts()
         if not others:
             return found
         kernel = kernel_channel()
-        if kernel is not None and not kernel["private"]:
-            found.append(say(f"this machine has {len(others)} other account(s); this kernel's channel: ",
-                             f"本机还有 {len(others)} 个其他账户；这个内核的通道：") + kernel_text(kernel, self.config.lang))
+        if kernel is not None:
+            found.append((not kernel["private"],
+                          say(f"this machine has {len(others)} other account(s); this kernel's channel: ",
+                              f"本机还有 {len(others)} 个其他账户；这个内核的通道：") + kernel_text(kernel, self.config.lang)))
         network, why = self.pool.network
         if self.pool.local and network != "private":
-            found.append(say(f"gloo listens on this machine's loopback ({why}): its {len(others)} other account(s) can "
-                             "connect to it",
-                             f"gloo 在本机的回环接口上监听（{why}）：本机其他 {len(others)} 个账户可以连接它"))
+            found.append((True, say(f"gloo listens on this machine's loopback ({why}): its {len(others)} other "
+                                    "account(s) can connect to it",
+                                    f"gloo 在本机的回环接口上监听（{why}）：本机其他 {len(others)} 个账户可以连接它")))
         return found
 
     def status(self):

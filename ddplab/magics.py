@@ -159,8 +159,8 @@ class DDPMagics(Magics):
             progress.done(message)
         else:
             print(f"ddplab: {message}")
-        for warning in lab.warnings():
-            print(f"ddplab: {warning}", file=sys.stderr)
+        for warning, sentence in lab.exposure():
+            print(f"ddplab: {sentence}", file=sys.stderr if warning else sys.stdout)
 
     @magic_arguments()
     @argument("--ranks", default=None, help="only these ranks, e.g. 0,2 or 1-3 (default: all)")

@@ -42,5 +42,6 @@ def test_a_kernel_over_plain_tcp_is_named_with_what_to_set(other_account):
 def test_a_kernel_over_ipc_is_private_and_not_warned_about(other_account):
     _, start, status, _ = outputs(ipc_kernel())
     assert "1 ranks ready" in start and "without encryption" not in start, start
+    assert "this kernel's channel: ipc socket files (only you can open them)" in start, start  # said, not warned
     kernel = next(line for line in status.splitlines() if line.strip().startswith("kernel"))
     assert "ipc socket files (only you can open them)" in kernel, status

@@ -203,7 +203,7 @@ def test_compiled_code_never_lands_in_a_folder_someone_else_made(intruder, pool)
             assert made.returncode == 0, made.stderr
         t.compile_cache = planted
         pool.restart()  # formed again: the folder is checked before every use
-        refused = pool.warnings()
+        refused = [text for warning, text in pool.exposure() if warning]
         assert any(f"torch.compile's cache {planted} was refused (it belongs to {intruder})" in w for w in refused), refused
         used = {i["compile_cache"] for i in pool.info}
         assert len(used) == 1 and folder_problem(used.pop()) is None
@@ -220,7 +220,7 @@ def test_compiled_code_never_lands_in_a_folder_someone_else_made(intruder, pool)
         if aside:
             os.rename(aside, default)
         pool.restart()
-    assert pool.warnings() == []
+    assert [text for warning, text in pool.exposure() if warning] == []
 
 
 def test_an_account_without_root_gets_a_private_network_too(intruder):
