@@ -39,7 +39,8 @@ def table(results):
         if r["name"] == "scaling":
             d = r["details"]
             for n, eff in zip(d["sizes"], r["values"]):
-                lines.append(f"{'':<20}   N={n}: {d['samples_per_s'][str(n)] if str(n) in d['samples_per_s'] else d['samples_per_s'][n]:.0f} samples/s, efficiency {eff:.2f}")
+                rate = d["samples_per_s"][str(n)] if str(n) in d["samples_per_s"] else d["samples_per_s"][n]
+                lines.append(f"{'':<20}   N={n}: {rate:.0f} samples/s, efficiency {eff:.2f}")
     return "\n".join(lines)
 
 

@@ -24,7 +24,8 @@ live.run_state.set_all(state.INIT); live.run_state.set_all(state.READY)
 view.show()
 live.run_state.begin_cell(list(range(n)), time.monotonic())
 view.begin(live)
-sender = subprocess.Popen([sys.executable, "-m", "bench.simulate", telemetry.address, telemetry.key.hex(), str(n), "10", str(seconds + 1)])
+sender = subprocess.Popen([sys.executable, "-m", "bench.simulate", telemetry.address, telemetry.key.hex(), str(n), "10",
+                           str(seconds + 1)])
 frames = []
 draw = Monitor.draw
 def timed_draw(self, now=None):

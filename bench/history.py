@@ -1,6 +1,6 @@
 """The history in the notebook: bytes per point (<= 64) and seconds to build it from the ranks per
 million points (<= 1 s), through %ddp_history on a real pool: each rank logs its share of the
-points (loss, samples, and an extra lr on every point), then Lab.history() pulls them all."""
+points (loss, samples, and an extra lr on every point), then lab.records.history() pulls them all."""
 import time
 
 from .common import result
@@ -19,7 +19,7 @@ def run(quick=False):
             lab.run(LOG.format(k=points // n))
             log_us += [s / (points // n) * 1e6 for s in lab.gather("log_seconds")]
             tic = time.perf_counter()
-            history = lab.history()
+            history = lab.records.history()
             seconds = time.perf_counter() - tic
             assert len(history) >= points
             mine = history.where(cell=lab.run_state.cell)

@@ -27,18 +27,16 @@ def run(quick=False):
     import secrets
 
     sink = Telemetry("tcp://127.0.0.1", secrets.token_bytes(32))
-    rank._connect(sink.address, sink.key, sink.generation)
+    rank.RANK.sender.connect(sink.address, sink.key, sink.generation)
     loss = torch.tensor(0.5, requires_grad=True) * 2  # a loss as training makes it
     empty, floats, tensors, received = [], [], [], 0
     for _ in range(repeats):
         empty.append(per_call(noop, calls, 0.5))
         floats.append(per_call(rank.log, calls, 0.5))
         tensors.append(per_call(rank.log, calls, loss))
-        time.sleep(3 * rank._flush_every)
+        time.sleep(3 * 0.25)  # the telemetry thread's flush interval (DDPLab.flush)
         received = sum(len(b) for b in sink.batches())
-        with rank._lock:
-            rank._log = rank.Columns()
-            rank._sent = 0
+        rank.RANK.forget()
     sink.close()
     return [result("log", "ddplab.log(loss=<tensor>, samples=64), amortized (us per call)", tensors, unit="us",
                    target=("<=", 5.0), float_loss_us=floats, empty_call_us=empty,

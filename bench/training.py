@@ -12,8 +12,9 @@ process on all cores.
 import json
 import statistics
 
+from ddplab.config import cores
+
 from .common import in_kernel, python, ratios, result
-from ddplab.system import cores
 
 SETUP = """\
 %load_ext ddplab

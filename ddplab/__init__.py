@@ -57,11 +57,12 @@ def load_ipython_extension(shell):
     from .zygote import zygote
 
     zygote()  # first: the fork server imports torch in the background while the rest loads and the user reads
-    from .config import tunables
+    from .config import show_log, tunables
     from .magics import DDPMagics
 
     settings = tunables()
     settings.update_config(shell.config)  # c.DDPLab.* in ipython_config.py
+    show_log(settings.log_level)  # ddplab's own decisions, at DDPLab.log_level and above
     if settings not in shell.configurables:
         shell.configurables.append(settings)  # %config DDPLab.frame = 0.5
     magics = DDPMagics(shell)

@@ -27,7 +27,7 @@ def demo(ranks=None, steps=200, batch=64):
     progress = Progress(stream=sys.stdout)
     try:
         lab.start(progress=progress)
-        progress.done(lab.ready_message())
+        progress.done(lab.report.ready())
         lab.run(DEMO_CELL.format(steps=steps, batch=batch))
         summaries = lab.gather("summary")
     except RankFailed as exc:

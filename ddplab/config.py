@@ -11,15 +11,17 @@ traitlets, the IPython way, so they can be set like any IPython option:
     %config DDPLab.frame = 0.5          # redraw twice a second
     c.DDPLab.lang = "zh"                # in ipython_config.py: every pool labelled in Chinese
 
-Pure: no torch, IPython or widget imports.
+Pure: no torch, IPython or widget imports. Also the machine as the settings see it: cores(),
+default_ranks(), max_local_ranks().
 """
 import os
 from dataclasses import dataclass
 
-from traitlets import Bool, Float, Int, Unicode, default
+from traitlets import Bool, Float, Int, TraitError, Unicode, default, observe, validate
 from traitlets.config import SingletonConfigurable
 
 from .errors import BadRequest
+from .system import usable_cores
 from .words import say
 
 LAUNCHERS = ("local", "local-spawn")  # local pools; any other name is an ipyparallel engine launcher
@@ -51,6 +53,13 @@ class DDPLab(SingletonConfigurable):
                                    "said it finished; later, ipyparallel lost the message on the way (a broken "
                                    "connection) and the cell ends with an error for that rank instead of "
                                    "waiting forever.").tag(config=True)
+    after_cut = Float(3.0, help="Seconds after ranks' links were cut (a collective that can never finish) before they "
+                                "are sent SIGINT, if the cut did not free them.").tag(config=True)
+    last_batch = Float(2.0, help="Seconds a cell waits, once every rank has answered, for each rank's last telemetry "
+                                 "batch (its last points).").tag(config=True)
+    control_timeout = Float(5.0, help="Seconds to wait for engines to answer a control request (a signal through "
+                                      "their nanny, closing or leaving the group) before going on without them.").tag(
+        config=True)
     look_every = Float(0.25, help="Seconds between looks for dead engines while a cell runs.").tag(config=True)
     watch_every = Float(1.0, help="Seconds between looks for dead engines while no cell runs.").tag(config=True)
     heartbeat_ms = Int(100, help="The controller's heartbeat (ms): a new engine counts as registered at its first "
@@ -73,8 +82,22 @@ class DDPLab(SingletonConfigurable):
     # --- the machine and diagnostics
     cores = Int(help="CPUs the pool may use (0: the affinity mask, capped by a container's CPU quota). "
                      "Default: $DDPLAB_CORES, else 0.").tag(config=True)
+    log_level = Unicode("WARNING", help="How much of ddplab's own decisions (restarts, cuts, kills, dropped messages, "
+                                        "lost ranks) the 'ddplab' logger prints to stderr: DEBUG, INFO, WARNING "
+                                        "(default) or ERROR.").tag(config=True)
     debug = Bool(help="Send ipyparallel's own log (engine start-up output, ...) to the 'ddplab.ipyparallel' "
                       "logger at DEBUG level. Default: $DDPLAB_DEBUG.").tag(config=True)
+
+    @validate("log_level")
+    def _check_log_level(self, proposal):
+        level = str(proposal["value"]).upper()
+        if level not in ("DEBUG", "INFO", "WARNING", "ERROR"):
+            raise TraitError(f"DDPLab.log_level must be DEBUG, INFO, WARNING or ERROR, got {proposal['value']!r}")
+        return level
+
+    @observe("log_level")
+    def _set_log_level(self, change):
+        show_log(change["new"])
 
     @default("lang")
     def _lang_from_env(self):
@@ -102,6 +125,43 @@ class DDPLab(SingletonConfigurable):
 def tunables():
     """The one DDPLab instance (made on first use; %load_ext ddplab gives it the shell's config)."""
     return DDPLab.instance()
+
+
+def show_log(level):
+    """Print the 'ddplab' logger's records of `level` and above to stderr (one handler, made once)."""
+    import logging
+    import sys
+
+    logger = logging.getLogger("ddplab")
+    logger.setLevel(level)
+    if not any(getattr(h, "_ddplab", False) for h in logger.handlers):
+        handler = logging.StreamHandler(sys.stderr)
+        handler.setFormatter(logging.Formatter("ddplab [%(levelname)s] %(message)s"))
+        handler._ddplab = True
+        logger.addHandler(handler)
+
+
+ENGINE_MB = 350  # resident memory of one engine with torch imported (measured ~250 MB) plus headroom
+MAX_DEFAULT_RANKS = 4
+
+
+def cores():
+    """CPUs the pool may use: DDPLab.cores if set, else what this process may really use
+    (system.usable_cores: the affinity mask, capped by a container's CPU quota)."""
+    return tunables().cores if tunables().cores > 0 else usable_cores()
+
+
+def default_ranks():
+    """Two ranks at least (one rank teaches nothing about communication), cores at most 4."""
+    return min(MAX_DEFAULT_RANKS, max(2, cores()))
+
+
+def max_local_ranks():
+    """How many engines this machine can hold: 4 per core, and the memory they need."""
+    import psutil
+
+    by_memory = psutil.virtual_memory().available // (ENGINE_MB * 2**20)
+    return max(1, min(max(8, 4 * cores()), by_memory))
 
 
 def _whole(value, what, low):
@@ -156,9 +216,9 @@ class PoolConfig:
     def local(self):
         return self.launcher in LAUNCHERS
 
-    def say(self, en, zh):
-        """A message in the pool's language: config.say("stopped", "已停止")."""
-        return say(self.lang, en, zh)
+    def say(self, text, **values):
+        """A message in the pool's language (words.say): config.say("stopped {n} ranks", n=4)."""
+        return say(self.lang, text, **values)
 
     @property
     def attached(self):
@@ -169,7 +229,7 @@ class PoolConfig:
              dashboard=None, start_timeout=None, connect=None, profile=None, cluster_id=None, ifname=None,
              encrypt=False):
         """Check every setting once; None takes the DDPLab default. Raises BadRequest (one line)."""
-        from .system import cores, default_ranks, free_gib, max_local_ranks
+        from .system import free_gib
 
         t = tunables()
         launcher = _launcher(launcher, connect, profile, cluster_id)
@@ -227,4 +287,4 @@ def _launcher(launcher, connect, profile, cluster_id):
     return launcher
 
 
-__all__ = ["DDPLab", "PoolConfig", "tunables"]
+__all__ = ["DDPLab", "PoolConfig", "tunables", "cores", "default_ranks", "max_local_ranks"]

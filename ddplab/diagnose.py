@@ -4,64 +4,49 @@ sends each rank's line and collective while a cell runs longer than a second). P
 - where_text(): "rank 2: all_reduce (line 7), waiting 12 s; ranks 0, 1, 3: broadcast (line 5)"
 - mismatch(): ranks waiting in collectives that cannot match (another op, group, shape or dtype
   on a peer they wait for), or waiting for ranks that finished the cell, or that do not run it.
-- HINTS: what learners do by mistake, in English and Chinese.
+- HINTS: what learners do by mistake (in Chinese too: zh.py).
 """
 from dataclasses import dataclass
 
+from .words import say
+
+# (Not DDPLab settings: what counts as waiting is part of what the diagnosis means, and the lessons
+# and tests teach it as it is; a collective takes milliseconds here, a second is far beyond.)
 BLOCKED = 1.0  # seconds in a collective before a rank counts as waiting in it
 SKIPPED = 1.0  # seconds ranks wait for a rank that finished the cell (it cannot come back) before it is said
 POINT_TO_POINT = {"send", "recv", "isend", "irecv"}  # a send and a recv are a pair, not a mismatch
 
-TEXTS = {
-    "en": {
-        "line": "line {line}", "waiting": "waiting {s:.0f} s", "running": "running", "rank": "rank", "ranks": "ranks",
-        "mismatch": "collective mismatch: {calls}. Every rank of a group must call the same collectives, in the "
-                    "same order, with tensors of the same shape and dtype",
-        "called": "{who} called {call}",
-        "skipped": "{who} {wait} in {call} for {peers}, which finished the cell without calling it",
-        "waits_for": "{who} {wait} in {call}; {peers}",
-        "waits_in": "{who} {wait} in {call}",
-        "called_and_finished": "{who} called {call} and finished the cell",
-        "finished_without": "{who} finished the cell without calling it",
-        "absent": "{who} {wait} in {call} for {peers}, which do not run this cell (%%ddp --ranks): a collective on "
-                  "the default group needs every rank",
-        "at": "at line {line}", "group": "{group} group", "default": "default", "sep": "; ",
-    },
-    "zh": {
-        "line": "第 {line} 行", "waiting": "已等待 {s:.0f} 秒", "running": "运行中", "rank": "rank", "ranks": "rank",
-        "mismatch": "集合通信不匹配：{calls}。同一进程组里的每个 rank 必须以相同的顺序调用相同的集合通信，"
-                    "张量的形状和数据类型也必须相同",
-        "called": "{who} 调用了{call}",
-        "skipped": "{who}{wait} 在{call}中等待 {peers}，而后者没有调用它就结束了这个单元格",
-        "waits_for": "{who}{wait} 在{call}中等待；{peers}",
-        "waits_in": "{who}{wait} 在{call}中等待",
-        "called_and_finished": "{who} 调用了{call} 并结束了这个单元格",
-        "finished_without": "{who} 没有调用它就结束了这个单元格",
-        "absent": "{who}{wait} 在{call}中等待 {peers}，而后者没有运行这个单元格（%%ddp --ranks）：默认进程组上的集合通信需要所有 rank",
-        "at": "第 {line} 行", "group": "{group}进程组", "default": "默认", "sep": "；",
-    },
+TEXTS = {  # what diagnosis says, in English (zh.py: in Chinese)
+    'line': 'line {line}',
+    'waiting': 'waiting {s:.0f} s',
+    'running': 'running',
+    'rank': 'one|rank',
+    'ranks': 'many|ranks',
+    'mismatch': 'collective mismatch: {calls}. Every rank of a group must call the same collectives, in the same '
+                'order, with tensors of the same shape and dtype',
+    'called': '{who} called {call}',
+    'skipped': '{who} {wait} in {call} for {peers}, which finished the cell without calling it',
+    'waits_for': '{who} {wait} in {call}; {peers}',
+    'waits_in': '{who} {wait} in {call}',
+    'called_and_finished': '{who} called {call} and finished the cell',
+    'finished_without': '{who} finished the cell without calling it',
+    'absent': '{who} {wait} in {call} for {peers}, which do not run this cell (%%ddp --ranks): a collective on '
+              'the default group needs every rank',
+    'at': 'at line {line}',
+    'group': '{group} group',
+    'default': 'default',
+    'sep': 'list|; ',
 }
-HINTS = {
-    "init_again": {
-        "en": "init_process_group(...) in a cell: ddplab already formed this group (gloo, every rank), so the line "
-              "did nothing here and can go (a script started by torchrun needs it)",
-        "zh": "单元格中的 init_process_group(...)：ddplab 已经建立了这个进程组（gloo，所有 rank），所以这一行在这里"
-              "什么也没做，可以删掉（由 torchrun 启动的脚本才需要它）"},
-    "init_other": {
-        "en": "init_process_group(...) asked for a group other than the one ddplab formed: use dist.new_group(ranks) "
-              "for a group of some ranks, or %ddp_stop and %ddp_start for another pool",
-        "zh": "init_process_group(...) 要求的进程组与 ddplab 建立的不同：要为部分 rank 建组请用 dist.new_group(ranks)，"
-              "要换一个进程池请先 %ddp_stop 再 %ddp_start"},
-    "destroyed": {
-        "en": "the cell called dist.destroy_process_group(): ddplab formed the group again ({ms:.0f} ms), so the next "
-              "cell has one; objects made with the old group (a DDP model, a new_group) must be made again",
-        "zh": "这个单元格调用了 dist.destroy_process_group()：ddplab 已重新建立进程组（{ms:.0f} 毫秒），下一个单元格可以"
-              "照常使用；用旧进程组创建的对象（DDP 模型、new_group）需要重新创建"},
-    "set_epoch": {
-        "en": "a DistributedSampler was iterated again without set_epoch(epoch): every epoch gets the same order of "
-              "samples; call sampler.set_epoch(epoch) at the start of each epoch",
-        "zh": "DistributedSampler 在没有调用 set_epoch(epoch) 的情况下被再次遍历：每个 epoch 的样本顺序都一样；"
-              "请在每个 epoch 开始时调用 sampler.set_epoch(epoch)"},
+HINTS = {  # what learners do by mistake, in English (zh.py: in Chinese)
+    'init_again': 'init_process_group(...) in a cell: ddplab already formed this group (gloo, every rank), so the '
+                  'line did nothing here and can go (a script started by torchrun needs it)',
+    'init_other': 'init_process_group(...) asked for a group other than the one ddplab formed: use '
+                  'dist.new_group(ranks) for a group of some ranks, or %ddp_stop and %ddp_start for another pool',
+    'destroyed': 'the cell called dist.destroy_process_group(): ddplab formed the group again ({ms:.0f} ms), so '
+                 'the next cell has one; objects made with the old group (a DDP model, a new_group) must be made '
+                 'again',
+    'set_epoch': 'a DistributedSampler was iterated again without set_epoch(epoch): every epoch gets the same '
+                 'order of samples; call sampler.set_epoch(epoch) at the start of each epoch',
 }
 
 
@@ -72,17 +57,16 @@ class Mismatch:
 
 
 def _t(lang):
-    return TEXTS.get(lang, TEXTS["en"])
+    return {key: say(lang, text) for key, text in TEXTS.items()}
 
 
 def _wait(ranks, lang):
-    return "" if lang == "zh" else ("waits" if len(ranks) == 1 else "wait")
+    return say(lang, "waits" if len(ranks) == 1 else "wait")
 
 
 def who(ranks, lang="en"):
     t = _t(lang)
-    comma = "、" if lang == "zh" else ", "
-    return f"{t['rank'] if len(ranks) == 1 else t['ranks']} {comma.join(map(str, sorted(ranks)))}"
+    return f"{t['rank'] if len(ranks) == 1 else t['ranks']} {say(lang, 'list|, ').join(map(str, sorted(ranks)))}"
 
 
 def call(where, lang="en", line=True):
@@ -94,9 +78,7 @@ def call(where, lang="en", line=True):
     inside = ", ".join(x for x in (tensor, group) if x)
     if not (line and where.get("line")):
         return f"{where['op']}({inside})"
-    if lang == "zh":  # 第 7 行的 all_reduce(...)
-        return f"{t['at'].format(line=where['line'])}的 {where['op']}({inside})"
-    return f"{where['op']}({inside}) {t['at'].format(line=where['line'])}"
+    return say(lang, "{op}({inside}) at line {line}", op=where["op"], inside=inside, line=where["line"])
 
 
 def where_text(wheres, lang="en"):
@@ -168,7 +150,7 @@ def mismatch(wheres, running, finished, world_size, lang="en", cell_ranks=None, 
     cell_ranks = set(range(world_size) if cell_ranks is None else cell_ranks)
     waiting = {r: w for r, w in wheres.items() if r in running and w and w.get("op")
                and w["op"] not in POINT_TO_POINT and (w.get("since") or 0) >= BLOCKED}
-    for r, w in sorted(waiting.items()):
+    for _, w in sorted(waiting.items()):
         members = _members(w.get("group"), world_size)
         if members is None:
             continue
@@ -233,5 +215,4 @@ def _waiting(wheres, lang):
 
 
 def hint_text(key, lang="en", **values):
-    texts = HINTS[key]
-    return texts.get(lang, texts["en"]).format(**values)
+    return say(lang, HINTS[key], **values)

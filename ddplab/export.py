@@ -33,18 +33,14 @@ torch.set_num_threads({threads})  # {threads_note}
 dist.init_process_group("gloo")  # {env_note}
 rank, world_size = dist.get_rank(), dist.get_world_size()
 '''
-WORDS = {  # the header's prose, in the pool's language (the code is the same)
-    "title": ("A ddplab notebook, as a torchrun script", "一个 ddplab notebook，导出为 torchrun 脚本"),
-    "exported": ("Exported by ddplab's %ddp_export from the %%ddp cells that ran successfully, in order.",
-                 "由 ddplab 的 %ddp_export 从成功运行过的 %%ddp 单元格按顺序导出。"),
-    "run_it": ("Run it with torchrun, e.g.:", "用 torchrun 运行它，例如："),
-    "log_note": ("ddplab.log(...) and ddplab.phase(...) as in the notebook (points kept in memory)",
-                 "ddplab.log(...) 和 ddplab.phase(...) 与 notebook 中一样（数据点留在内存里）"),
-    "threads_note": ("as the notebook's pool had it: {threads} thread(s) per rank",
-                     "与 notebook 的进程池相同：每个 rank {threads} 个线程"),
-    "env_note": ("from torchrun's environment: RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT",
-                 "从 torchrun 设置的环境变量读取：RANK、WORLD_SIZE、MASTER_ADDR、MASTER_PORT"),
-    "left_out": ("left out by %ddp_export (works only in a notebook)", "%ddp_export 略去了这一行（只能在 notebook 中运行）"),
+WORDS = {  # the header's prose, in English (zh.py: in Chinese; the code is the same)
+    'title': 'A ddplab notebook, as a torchrun script',
+    'exported': "Exported by ddplab's %ddp_export from the %%ddp cells that ran successfully, in order.",
+    'run_it': 'Run it with torchrun, e.g.:',
+    'log_note': 'ddplab.log(...) and ddplab.phase(...) as in the notebook (points kept in memory)',
+    'threads_note': "as the notebook's pool had it: {threads} thread(s) per rank",
+    'env_note': "from torchrun's environment: RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT",
+    'left_out': 'left out by %ddp_export (works only in a notebook)',
 }
 FOOTER = '''
 dist.destroy_process_group()
@@ -71,14 +67,14 @@ def script_cell(code, lang="en"):
             out.append(line)
         else:
             indent = line[:len(line) - len(line.lstrip())]
-            out.append(f"{indent}pass  # {say(lang, *WORDS['left_out'])}: {magic}")
+            out.append(f"{indent}pass  # {say(lang, WORDS['left_out'])}: {magic}")
     return "\n".join(out)
 
 
 def script(cells, world_size, threads, title=None, name="script.py", lang="en"):
     """The script's text. cells: (notebook cell number, code, ranks or None for every rank); its
     comments in `lang` (en or zh)."""
-    words = {key: say(lang, *pair).format(threads=threads) for key, pair in WORDS.items()}
+    words = {key: say(lang, text).format(threads=threads) for key, text in WORDS.items()}
     parts = [HEADER.format(**{**words, "title": title or words["title"]}, world_size=world_size, threads=threads,
                            name=name)]
     for number, code, ranks in cells:
@@ -91,3 +87,33 @@ def script(cells, world_size, threads, title=None, name="script.py", lang="en"):
     text = "".join(parts)
     ast.parse(text)  # a cell that is not Python after all fails here, not under torchrun
     return text
+
+
+class Export:
+    """lab.export: the cells that ran successfully (recorded as they run), written as a script."""
+
+    def __init__(self, lab):
+        self.lab = lab
+        self.cells = []  # (notebook cell number, code, ranks or None): the cells that ran well
+
+    def record(self, number, code, ranks):
+        self.cells.append((number, code, ranks))
+
+    def write(self, path, title=None):
+        """Write the cells that ran successfully, in order, as a script for torchrun; returns how
+        many cells it holds."""
+        import os
+
+        from .errors import BadRequest
+
+        lab = self.lab
+        if not self.cells:
+            raise BadRequest("no %%ddp cell has run successfully yet: nothing to export")
+        threads = sorted({i.get("threads") for i in lab.info if i.get("threads")}) or [lab.threads]
+        try:
+            text = script(self.cells, lab.world_size, threads[0], title, os.path.basename(path), lab.config.lang)
+        except SyntaxError as exc:
+            raise BadRequest(f"a cell is not Python that a script can run (line {exc.lineno}: {exc.msg})") from exc
+        with open(path, "w") as f:
+            f.write(text)
+        return len(self.cells)

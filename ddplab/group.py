@@ -1,18 +1,18 @@
-"""The gloo process group over a pool's engines: rendezvous, form (and re-form), close.
+"""The gloo process group over a pool's engines: form (and re-form), close.
 
-Locally the rendezvous is a FileStore in the pool's private folder: it opens no network port.
-Across hosts it is a signed store that rank 0 serves on its own address (store.py): torch's
-TCPStore accepts anyone, and its clients look up their own address's name on every connection
-(10 s each where DNS does not answer). gloo is pinned to each rank's own interface.
+Where the ranks meet is the pool's to say (Pool.rendezvous): locally a FileStore in the pool's
+private folder (it opens no network port); across hosts a signed store that rank 0 serves on its
+own address (store.py): torch's TCPStore accepts anyone, and its clients look up their own
+address's name on every connection (10 s each where DNS does not answer). gloo is pinned to each
+rank's own interface.
 """
-import os
-import socket
+import logging
 import time
-
-import zmq
 
 from .config import tunables
 from .errors import StartFailed
+
+log = logging.getLogger("ddplab")
 
 
 class Group:
@@ -26,53 +26,28 @@ class Group:
         self.store_public = None  # CurveZMQ public key of rank 0's store (an encrypted pool across hosts)
         self.where = None  # the rendezvous of the last forming (file://..., signed://host:port)
 
-    def rendezvous(self):
-        """Where the ranks meet: a file in the private folder (a local pool: no port), or the
-        signed store that rank 0 serves on its own address (store.py)."""
-        pool, cfg = self.pool, self.config
-        if pool.local and cfg.rendezvous == "file":
-            path = os.path.join(pool.workdir, f"rendezvous-{self.generation}")
-            os.close(os.open(path, os.O_WRONLY | os.O_CREAT, 0o600))  # torch's FileStore keeps this mode
-            return "file://" + path
-        if pool.local:  # tcp://HOST:PORT asked for a local pool
-            host, _, port = cfg.rendezvous[len("tcp://"):].rpartition(":")
-            host = host or "127.0.0.1"
-            if port in ("", "0"):
-                with socket.socket() as s:
-                    s.bind((host, 0))
-                    port = s.getsockname()[1]
-            return f"tcp://{host}:{port}"
-        from .rank import _serve_store
-
-        address = pool.facts[0]["ip"]
-        secret = None
-        if pool.encrypted:  # a key pair per forming; the secret reaches rank 0 over ipyparallel's encrypted channel
-            self.store_public, secret = zmq.curve_keypair()
-        port = pool.client[pool.engine_ids[0]].apply_sync(_serve_store, address, self.telemetry.key, self.generation,
-                                                          secret)
-        return f"signed://{address}:{port}"
-
     def form(self, deadline, say=None):
         """(Re-)form the group on every rank. Returns (seconds, objects tied to the old group:
         [(name, kind)]) and keeps what each rank reported in self.info."""
-        from .rank import form_group
+        from .rank import call
 
         tic = time.perf_counter()
         pool, cfg = self.pool, self.config
         n, eids, client = cfg.ranks, pool.engine_ids, pool.client
         self.generation += 1
-        self.store_public = None
         if self.telemetry is not None:
             self.telemetry.generation = self.generation  # batches of the forming before are late from now
-        where = self.where = self.rendezvous()
+        key = self.telemetry.key if self.telemetry else b""
+        self.where, self.store_public = pool.rendezvous(self.generation, key)
+        where = self.where
         if say:
-            say(f"starting {n} ranks: forming the gloo group", f"正在启动 {n} 个 rank：组建 gloo 进程组")
+            say("starting {n} ranks: forming the gloo group", n=n)
         address, key = (self.telemetry.address, self.telemetry.key) if self.telemetry else (None, b"")
         threads = pool.threads_per_rank(cfg.threads)
         ifnames = [f["ifname"] for f in pool.facts] if pool.facts else [None] * n
         serverkey = self.telemetry.public if self.telemetry else None
         compile_folder = pool.compile_folder()
-        ars = [client[eid].apply_async(form_group, r, n, where, cfg.timeout, threads[r], address, tunables().flush,
+        ars = [client[eid].apply_async(call, "join", r, n, where, cfg.timeout, threads[r], address, tunables().flush,
                                        key, ifnames[r], self.knobs, cfg.lang, self.generation, serverkey,
                                        self.store_public, compile_folder)
                for r, eid in enumerate(eids)]
@@ -92,10 +67,11 @@ class Group:
 
     def close(self, ranks):
         """Close the group on `ranks` (idle ones), so peers blocked on them fail at once."""
-        from .rank import _close_group
+        from .rank import call
 
         ports = sorted({p for i in self.info for p in i.get("ports", ())})
         try:
-            self.pool.client[[self.pool.engine_ids[r] for r in ranks]].apply_async(_close_group, ports).get(timeout=5)
+            engines = self.pool.client[[self.pool.engine_ids[r] for r in ranks]]
+            engines.apply_async(call, "close_group", ports).get(timeout=tunables().control_timeout)
         except Exception:  # noqa: BLE001 - a rank that cannot close its group is dealt with by kill
-            pass
+            log.info("closing the group on ranks %s failed; escalation deals with them", ranks, exc_info=True)

@@ -11,11 +11,11 @@ from IPython.core.error import UsageError
 from IPython.core.magic import Magics, cell_magic, line_magic, magics_class
 from IPython.core.magic_arguments import argument, magic_arguments, parse_argstring
 
+from .config import PoolConfig
 from .dashboard.text import LiveOutput, Progress, TextView, in_notebook, show_result
 from .errors import CellTimeout, Interrupted, RankFailed, UsageProblem
-from .config import PoolConfig
 from .lab import Lab, default_ranks
-from .words import plural, ranks_text
+from .words import plural
 
 
 def parse_ranks(spec, world_size):
@@ -62,9 +62,9 @@ def _unquote(text):
     return text
 
 
-def _tell(lab, en, zh, file=None):
-    """Print one "ddplab: ..." line in the pool's language."""
-    print("ddplab: " + lab.config.say(en, zh), file=file)
+def _tell(lab, text, file=None, **values):
+    """Print one "ddplab: ..." line in the pool's language (words.say)."""
+    print("ddplab: " + lab.config.say(text, **values), file=file)
 
 
 def _usage(fn, *args, **kwargs):
@@ -73,6 +73,44 @@ def _usage(fn, *args, **kwargs):
         return fn(*args, **kwargs)
     except UsageProblem as exc:
         raise UsageError(str(exc)) from None
+
+
+def show_run(lab, run):
+    """Run (or wait for) a cell and show its output, or its failure, as %%ddp does."""
+    try:
+        result = run()
+    except RankFailed as exc:
+        if exc.result is not None:
+            show_result(exc.result)
+        raise
+    except (KeyboardInterrupt, CellTimeout) as exc:
+        if lab.last_result is not None:
+            show_result(lab.last_result)
+        if isinstance(exc, CellTimeout):
+            raise
+        done = str(exc) or "the pool is still running"
+        raise Interrupted(f"every rank of the cell was sent SIGINT (Ctrl-C); {done}") from None
+    show_result(result)
+
+
+def debug_session(lab, rank, commands=None):
+    """pdb on `rank`: the given commands, or a prompt until q; the debugger is closed after."""
+    try:
+        if commands:
+            for command in commands:
+                print(f"(Pdb rank {rank}) {command}")
+                print(lab.debug.command(rank, command), end="")
+            return
+        while True:
+            try:
+                command = input(f"(Pdb rank {rank}) ")
+            except (EOFError, KeyboardInterrupt):
+                break
+            if command.strip() in ("q", "quit", "exit", "c", "cont", "continue"):
+                break
+            print(lab.debug.command(rank, command), end="")
+    finally:
+        lab.debug.end(rank)
 
 
 @magics_class
@@ -131,11 +169,8 @@ class DDPMagics(Magics):
             raise UsageError(f"--timeout {args.timeout}: give a number of seconds, e.g. --timeout 60")
         if self.lab is not None and self.lab.running:
             n = self.lab.world_size
-            _tell(self.lab,
-                  f"a pool of {n} ranks is already running; nothing changed. "
-                  "Use %ddp_restart for a fresh pool, or %ddp_stop then %ddp_start N.",
-                  f"已有一个 {n} 个 rank 的进程池在运行，什么也没有改变。要一个新的进程池用 %ddp_restart，"
-                  "或者先 %ddp_stop 再 %ddp_start N。", file=sys.stderr)
+            _tell(self.lab, "a pool of {n} ranks is already running; nothing changed. Use %ddp_restart for a fresh "
+                  "pool, or %ddp_stop then %ddp_start N.", file=sys.stderr, n=n)
             return
         config = _usage(PoolConfig.make, args.ranks, args.timeout, args.threads, lang=args.lang,
                         dashboard=False if args.no_dashboard else None, launcher=args.engines,
@@ -153,13 +188,12 @@ class DDPMagics(Magics):
             lab.view.show()
             lab.show("update")
         lab.start_seconds = time.perf_counter() - tic  # what the user waited, the dashboard's making too
-        message = lab.ready_message() + lab.config.say("; run code on every rank with %%ddp",
-                                                       "；用 %%ddp 在每个 rank 上运行代码")
+        message = lab.report.ready() + lab.config.say("; run code on every rank with %%ddp")
         if progress is not None:
             progress.done(message)
         else:
             print(f"ddplab: {message}")
-        for warning, sentence in lab.exposure():
+        for warning, sentence in lab.report.exposure():
             print(f"ddplab: {sentence}", file=sys.stderr if warning else sys.stdout)
 
     @magic_arguments()
@@ -182,10 +216,10 @@ class DDPMagics(Magics):
             _usage(lab.run, cell, ranks, timeout=args.timeout, background=True)
             lab.view.show()  # the live dashboard, here: it goes on updating while other cells run
             n = len(ranks or range(lab.world_size))
-            _tell(lab, f"running in the background on {n} ranks; %ddp_wait shows its output, %ddp_interrupt stops it",
-                  f"在后台的 {n} 个 rank 上运行；%ddp_wait 显示它的输出，%ddp_interrupt 停止它")
+            _tell(lab, "running in the background on {n} ranks; %ddp_wait shows its output, %ddp_interrupt stops it",
+                  n=n)
             return
-        self._show_run(lab, lambda: _usage(lab.run, cell, ranks, timeout=args.timeout))
+        show_run(lab, lambda: _usage(lab.run, cell, ranks, timeout=args.timeout))
 
     @magic_arguments()
     @argument("--timeout", type=float, default=None, help="seconds to wait (default: until it ends)")
@@ -195,7 +229,7 @@ class DDPMagics(Magics):
         args = _parse(self.ddp_wait, line)
         lab = self._lab()
         try:
-            self._show_run(lab, lambda: _usage(lab.wait, args.timeout))
+            show_run(lab, lambda: _usage(lab.wait, args.timeout))
         except TimeoutError as exc:
             raise UsageError(f"{exc}: %ddp_wait again, or %ddp_interrupt") from None
 
@@ -207,10 +241,9 @@ class DDPMagics(Magics):
         lab = self._lab()
         lab.interrupt()
         if lab.background:
-            _tell(lab, "every rank was sent SIGINT; %ddp_wait shows how the cell ended",
-                  "已向每个 rank 发送 SIGINT；%ddp_wait 显示这个单元格是怎样结束的")
+            _tell(lab, "every rank was sent SIGINT; %ddp_wait shows how the cell ended")
         else:
-            _tell(lab, "every rank was sent SIGINT", "已向每个 rank 发送 SIGINT")
+            _tell(lab, "every rank was sent SIGINT")
 
     @magic_arguments()
     @argument("name", help="the knob's name, read by rank code as ddplab.knob(name, default)")
@@ -223,24 +256,7 @@ class DDPMagics(Magics):
             value = ast.literal_eval(args.value)
         except (ValueError, SyntaxError):
             value = args.value
-        _usage(self._lab().set_knob, args.name, value)
-
-    def _show_run(self, lab, run):
-        """Run (or wait for) a cell and show its output, or its failure, as %%ddp does."""
-        try:
-            result = run()
-        except RankFailed as exc:
-            if exc.result is not None:
-                show_result(exc.result)
-            raise
-        except (KeyboardInterrupt, CellTimeout) as exc:
-            if lab.last_result is not None:
-                show_result(lab.last_result)
-            if isinstance(exc, CellTimeout):
-                raise
-            done = str(exc) or "the pool is still running"
-            raise Interrupted(f"every rank of the cell was sent SIGINT (Ctrl-C); {done}") from None
-        show_result(result)
+        _usage(self._lab().knobs.set, args.name, value)
 
     @line_magic
     def ddp_gather(self, line):
@@ -272,22 +288,8 @@ class DDPMagics(Magics):
         if self.lab is None or not self.lab.running:
             print("ddplab: no pool is running; start one with %ddp_start")
             return
-        lab = self.lab
-        print(lab.config.say(f"{lab.world_size} ranks, backend gloo, rendezvous {lab.rendezvous}, "
-                             f"collective timeout {lab.timeout:g} s, started in {lab.start_seconds:.1f} s",
-                             f"{lab.world_size} 个 rank，后端 gloo，rendezvous {lab.rendezvous}，"
-                             f"集合通信超时 {lab.timeout:g} 秒，启动用时 {lab.start_seconds:.1f} 秒"))
-        cols = ("rank", "engine", "pid", "host", "address", "threads", "state")
-        rows = [[str(row[c]) for c in cols] for row in lab.status()]
-        widths = [max(len(c), *(len(r[i]) for r in rows)) for i, c in enumerate(cols)]
-        for r in [list(cols)] + rows:
-            print("  ".join(v.ljust(w) for v, w in zip(r, widths)).rstrip())
-        print(lab.config.say("who else can reach it:", "别人能否连到它："))
-        rows = lab.protections()
-        width = max(len(name) for name, _ in rows)
-        for name, sentence in rows:
-            print(f"  {name.ljust(width)}  {sentence}")
-        lab.view.show()
+        print("\n".join(self.lab.report.status()))
+        self.lab.view.show()
 
     @magic_arguments()
     @argument("--csv", metavar="PATH", default=None, help="write the history to this CSV file")
@@ -296,7 +298,7 @@ class DDPMagics(Magics):
         """Every point every rank logged with ddplab.log(...), exactly: h = %ddp_history"""
         args = _parse(self.ddp_history, line)
         lab = self._lab()
-        history = _usage(lab.history)
+        history = _usage(lab.records.history)
         if args.csv is None:
             return history
         try:
@@ -304,8 +306,7 @@ class DDPMagics(Magics):
         except OSError as exc:
             raise UsageError(f"cannot write {args.csv}: {exc.strerror}") from None
         columns = ", ".join(history.columns())
-        _tell(lab, f"wrote {n} points to {args.csv} (columns: {columns})",
-              f"已把 {n} 个数据点写入 {args.csv}（列：{columns}）")
+        _tell(lab, "wrote {n} points to {path} (columns: {columns})", n=n, path=args.csv, columns=columns)
 
     @magic_arguments()
     @argument("--all", action="store_true", help="restart every rank, even if only some were lost")
@@ -343,15 +344,15 @@ class DDPMagics(Magics):
         args = _parse(self.ddp_fault, line)
         lab = self._lab()
         if args.kind is None:
-            if not lab.faults:
-                _tell(lab, "no fault drills set", "没有设置故障演练")
-            for r, spec in sorted(lab.faults.items()):
+            if not lab.drills.faults:
+                _tell(lab, "no fault drills set")
+            for r in sorted(lab.drills.faults):
                 print(f"rank {r}: {lab.run_state.ranks[r].fault}")
             return
         if args.kind == "clear" and args.rank is None:
-            for r in sorted(lab.faults):
-                _usage(lab.fault, "clear", r)
-            _tell(lab, "every fault drill cleared", "所有故障演练都已清除")
+            for r in sorted(lab.drills.faults):
+                _usage(lab.drills.set, "clear", r)
+            _tell(lab, "every fault drill cleared")
             return
         if args.rank is None:
             raise UsageError(f"%ddp_fault {args.kind} needs a rank, e.g. %ddp_fault {args.kind} 1")
@@ -359,7 +360,7 @@ class DDPMagics(Magics):
             raise UsageError(f"%ddp_fault {args.kind} takes a rank only (and --at-step for kill/raise)")
         if args.kind in ("slow", "clear") and args.at_step is not None:
             raise UsageError(f"--at-step is for kill and raise, not {args.kind}")
-        print(f"ddplab: {_usage(lab.fault, args.kind, args.rank, at_step=args.at_step, factor=args.factor)}")
+        print(f"ddplab: {_usage(lab.drills.set, args.kind, args.rank, at_step=args.at_step, factor=args.factor)}")
 
     @magic_arguments()
     @argument("rank", nargs="?", type=int, default=None,
@@ -376,25 +377,10 @@ class DDPMagics(Magics):
         """
         args = _parse(self.ddp_debug, line)
         lab = self._lab()
-        rank, header = _usage(lab.debug_start, args.rank)
+        rank, header = _usage(lab.debug.start, args.rank)
         header = header.rstrip()
-        _tell(lab, f"pdb on rank {rank}: {header}", f"在 rank {rank} 上运行 pdb：{header}")
-        try:
-            if args.command:
-                for command in map(_unquote, args.command):
-                    print(f"(Pdb rank {rank}) {command}")
-                    print(lab.debug(rank, command), end="")
-                return
-            while True:
-                try:
-                    command = input(f"(Pdb rank {rank}) ")
-                except (EOFError, KeyboardInterrupt):
-                    break
-                if command.strip() in ("q", "quit", "exit", "c", "cont", "continue"):
-                    break
-                print(lab.debug(rank, command), end="")
-        finally:
-            lab.debug_end(rank)
+        _tell(lab, "pdb on rank {rank}: {header}", rank=rank, header=header)
+        debug_session(lab, rank, list(map(_unquote, args.command)) if args.command else None)
 
     @magic_arguments()
     @argument("names", nargs="*", help="nn.Module variables to compare (default: every one on the ranks)")
@@ -407,19 +393,8 @@ class DDPMagics(Magics):
         """
         args = _parse(self.ddp_check, line)
         lab = self._lab()
-        found = _usage(lab.check, args.names or None)
-        say, lang = lab.config.say, lab.config.lang
-        if not found:
-            _tell(lab, "no nn.Module on the ranks to compare", "rank 上没有可以比较的 nn.Module")
-        for name, differ in found.items():
-            if differ:
-                print(f"ddplab: {name}: " + say(
-                    f"{ranks_text(differ)} differ{'' if len(differ) > 1 else 's'} from rank 0: the ranks' parameters "
-                    "drifted apart (not wrapped in DDP? a step taken on some ranks only?)",
-                    f"{ranks_text(differ, lang)} 与 rank 0 不同：各 rank 的参数已经不一致（没有用 DDP 包装？"
-                    "有一步只在部分 rank 上执行了？）"))
-            else:
-                print(f"ddplab: {name}: " + say("identical on every rank", "每个 rank 上都相同"))
+        found = _usage(lab.debug.check, args.names or None)
+        print("\n".join(lab.report.check(found)))
         return {name: differ for name, differ in found.items()} if not in_notebook() else None
 
     @magic_arguments()
@@ -436,12 +411,12 @@ class DDPMagics(Magics):
         args = _parse(self.ddp_export, line)
         lab = self._lab()
         try:
-            n = _usage(lab.export, args.path)
+            n = _usage(lab.export.write, args.path)
         except OSError as exc:
             raise UsageError(f"cannot write {args.path}: {exc.strerror}") from None
         run = f"torchrun --standalone --nproc_per_node {lab.world_size} {args.path}"
-        _tell(lab, f"wrote {n} {plural(n, 'cell')} to {args.path}; run it with {run}",
-              f"已把 {n} 个单元格写入 {args.path}；这样运行它：{run}")
+        _tell(lab, "wrote {n} {cells} to {path}; run it with {run}", n=n, cells=plural(n, "cell"), path=args.path,
+              run=run)
 
     @magic_arguments()
     @argument("--shutdown", action="store_true",
@@ -456,22 +431,18 @@ class DDPMagics(Magics):
             print("ddplab: no pool is running")
             return
         tic = time.perf_counter()
-        lab, n = self.lab, self.lab.world_size
-        attached = not lab.pool.started_engines
+        lab = self.lab
         lost = lab.find_lost()
         hosts = sorted({row["host"] for row in lab.status() if row["host"] and row["rank"] not in lost})
-        if attached:
-            n -= len(lost)
-        lab.stop(shutdown=args.shutdown)
+        outcome = lab.stop(shutdown=args.shutdown)
         seconds = time.perf_counter() - tic
-        if not attached:
-            _tell(lab, f"stopped {n} ranks in {seconds:.1f} s", f"已停止 {n} 个 rank，用时 {seconds:.1f} 秒")
-        elif args.shutdown:
-            _tell(lab, f"left the group and shut down its {n} engines and their controller in {seconds:.1f} s",
-                  f"已离开进程组，并关闭了它的 {n} 个引擎及其控制器，用时 {seconds:.1f} 秒")
+        n = lab.world_size - (len(lost) if outcome != "stopped" else 0)  # engines left running elsewhere: live ones
+        if outcome == "stopped":
+            _tell(lab, "stopped {n} ranks in {seconds:.1f} s", n=n, seconds=seconds)
+        elif outcome == "shut down":
+            _tell(lab, "left the group and shut down its {n} engines and their controller in {seconds:.1f} s", n=n,
+                  seconds=seconds)
         else:
-            _tell(lab,
-                f"left the group in {seconds:.1f} s; the {n} engines (started elsewhere, on {', '.join(hosts)}) keep "
-                "running: %ddp_start --connect groups them again, %ddp_stop --shutdown stops them",
-                f"已离开进程组，用时 {seconds:.1f} 秒；这 {n} 个引擎（在别处启动，位于 {'、'.join(hosts)}）仍在运行："
-                "%ddp_start --connect 会把它们重新组成进程组，%ddp_stop --shutdown 会停止它们")
+            _tell(lab, "left the group in {seconds:.1f} s; the {n} engines (started elsewhere, on {hosts}) keep running: "
+                  "%ddp_start --connect groups them again, %ddp_stop --shutdown stops them", seconds=seconds, n=n,
+                  hosts=("、" if lab.config.lang == "zh" else ", ").join(hosts))

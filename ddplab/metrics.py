@@ -7,7 +7,6 @@ import math
 from collections import deque
 
 
-
 def _list(column):
     return column.tolist() if hasattr(column, "tolist") else list(column)
 

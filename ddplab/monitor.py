@@ -13,8 +13,8 @@ DDPLab.escalate seconds later (stuck inside a C++ collective, where SIGINT canno
 """
 import logging
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable
 
 from . import diagnose
 from .config import tunables
@@ -176,6 +176,7 @@ class Monitor:
         if running and now - trouble >= self.fail_fast:
             idle = [r for r in self.ranks if r not in running and r not in self.lost and r not in self.closed]
             if idle:
+                log.info("closing the group on idle ranks %s: ranks %s wait for a rank that failed", idle, running)
                 self.hooks.close_group(idle)
                 self.closed.update(idle)
                 self.escalated_at = time.monotonic()  # the peers may now fail by themselves: wait again
@@ -195,6 +196,7 @@ class Monitor:
                 return False  # their stacks say they left the cell's code: their replies are on the way
             r = (stuck or running)[-1]
             why = f"killed by ddplab: still running {self.escalate:g} s after SIGINT (stuck in a collective)"
+            log.warning("rank %s: %s", r, why)
             self.hooks.kill([r], why)
             self.killed.add(r)
             self._lose(r, why, now)
@@ -246,9 +248,10 @@ class Monitor:
             found = diagnose.mismatch({r: rs.ranks[r].where for r in running}, running, finished, rs.world_size,
                                       self.lang, self.ranks, self.live.calls)
             if found is not None:
+                log.info("collective mismatch, cutting ranks %s: %s", running, found.text)
                 self.mismatch, self.cut_at = found, now
                 self.hooks.cut(running)
-        elif self.interrupted_at is None and now - self.cut_at >= 3.0:
+        elif self.interrupted_at is None and now - self.cut_at >= tunables().after_cut:
             self.interrupt()  # the cut did not free them (a rank stuck in C++): SIGINT, then escalation
 
     def interrupt(self):
@@ -287,7 +290,7 @@ class Monitor:
                     self._lose(r, "its engine did not answer after SIGINT and SIGKILL", time.monotonic())
                 return
 
-    def finish(self, grace=2.0):
+    def finish(self, grace=None):
         """After the cell: collect every rank's last batch (bounded), the trailing output, and
         return what was seen."""
         now = time.monotonic()
@@ -295,13 +298,13 @@ class Monitor:
             if r not in self.lost:                          # error first (ipyparallel's "engine died")
                 self._lose(r, why, now)
         expected = {r for r in self.ranks if r not in self.lost and r not in self.undelivered}
-        deadline = time.monotonic() + grace
+        deadline = time.monotonic() + (tunables().last_batch if grace is None else grace)
         self.poll()
         while self.telemetry is not None and not expected <= self.finals.keys() and time.monotonic() < deadline:
-            self.telemetry.wait(10)  # wakes as soon as a batch arrives
+            self.telemetry.wait(10)  # (ms; wakes as soon as a batch arrives)
             self.poll()
         if expected:
-            self.replies.wait_for_output(1.0)
+            self.replies.wait_for_output(1.0)  # trailing stdout: it follows the reply within milliseconds
         seen = [RankSeen(r, self.replies.field(r, "stdout") or "", self.replies.field(r, "stderr") or "",
                          list(self.replies.field(r, "outputs") or []), self.replies.reply(r))
                 for r in self.ranks]

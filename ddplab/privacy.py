@@ -6,8 +6,9 @@ is checked again in every rank before torch.compile may use it).
     private_folder(path)     -> (path, None) once it is a folder only this user can use, else (None, why)
     compile_cache(wanted, fallback) -> (folder for the ranks' torch.compile, why `wanted` was refused)
     other_accounts()         -> login accounts of this machine other than this user's
-    kernel_channel()         -> how the notebook's own kernel talks to Jupyter (private or not); kernel_text says it
-    protections(facts)       -> what protects each channel of a pool, for %ddp_status
+    kernel_channel()         -> how the notebook's own kernel talks to Jupyter (private or not)
+    tcp_listeners(pid), network_namespace(pid)   -> what a process listens on, and where
+(report.py says all of it in words, for %ddp_status and %ddp_start.)
 """
 import os
 import stat
@@ -169,20 +170,6 @@ def kernel_channel():
             "ip": app.ip}
 
 
-def kernel_text(kernel, lang="en"):
-    """One sentence on the kernel's channel (kernel_channel()), with what to set when it is not private."""
-    zh = lang == "zh"
-    if kernel["encrypted"]:
-        return "已加密（CurveZMQ）" if zh else f"{kernel['transport']}, encrypted (CurveZMQ)"
-    if kernel["transport"] == "ipc":
-        return "ipc 套接字文件（只有你能打开）" if zh else "ipc socket files (only you can open them)"
-    if zh:
-        return (f"{kernel['ip']} 上的 TCP，未加密：本机任何账户都能连上它的端口，读到单元格打印的内容；"
-                f"管理员可以设置 {KERNEL_FIX}")
-    return (f"TCP on {kernel['ip']} without encryption: any account of this machine can connect to its ports and "
-            f"read what cells print; an administrator can set {KERNEL_FIX}")
-
-
 def tcp_listeners(pid):
     """[(ip, port)] of the TCP sockets process `pid` listens on, read in its own network namespace
     (psutil reads the caller's: it would not see a rank's sockets in a private namespace)."""
@@ -228,48 +215,3 @@ def network_namespace(pid):
         return os.readlink(f"/proc/{pid}/ns/net")
     except OSError:
         return None
-
-
-def protections(facts, lang="en"):
-    """What protects each channel of a pool, as (name, sentence) rows for %ddp_status. facts: local
-    (bool), network ("private"/"shared"), network_why, signed, encrypted (ipyparallel's), controller
-    (its address), telemetry (its address), compile_cache, compile_refused, kernel (kernel_channel()
-    or None)."""
-    zh = lang == "zh"
-    rows = []
-    if facts["local"]:
-        rows.append(("ipyparallel", "池私有文件夹里的套接字文件（不开 TCP 端口）" if zh
-                     else "socket files in the pool's private folder (no TCP port)"))
-    else:
-        sign = ("已签名（HMAC-SHA256）" if zh else "signed (HMAC-SHA256)") if facts["signed"] else (
-            "未签名！" if zh else "NOT signed!")
-        crypt = ("已加密（CurveZMQ）" if zh else "encrypted (CurveZMQ)") if facts["encrypted"] else (
-            "未加密（%ddp_start --encrypt，或用 --IPController.enable_curve=True 启动控制器）" if zh
-            else "not encrypted (%ddp_start --encrypt, or a controller started with --IPController.enable_curve=True)")
-        rows.append(("ipyparallel", f"TCP → {facts['controller']}，{sign}，{crypt}" if zh
-                     else f"TCP to {facts['controller']}, {sign}, {crypt}"))
-    if facts["network"] == "private":
-        rows.append(("gloo", "rank 运行在池自己的网络命名空间里：本机其他账户连不到 gloo 的端口" if zh
-                     else "the ranks live in a network namespace of their own: no other account can reach gloo's ports"))
-    elif facts["local"]:
-        rows.append(("gloo", f"在本机的回环接口上（{facts['network_why']}）：本机其他账户可以连接它的端口，能打断一次集合通信"
-                             "（ddplab 会恢复），但读不到数据，也不能运行代码" if zh
-                     else f"on this machine's loopback ({facts['network_why']}): other accounts can connect to its ports "
-                          "and break a collective (ddplab recovers), not read data or run code"))
-    else:
-        rows.append(("gloo", "主机之间的 TCP，没有认证（与任何 PyTorch 作业一样）：只在可信的网络里使用" if zh
-                     else "TCP between the hosts, unauthenticated (as in any PyTorch job): use a network you trust"))
-    if facts["telemetry"].startswith("ipc://"):
-        rows.append(("telemetry", "池私有文件夹里的套接字文件" if zh else "a socket file in the pool's private folder"))
-    else:
-        crypt = ("，已加密" if zh else ", encrypted") if facts["encrypted"] else ("，未加密" if zh else ", not encrypted")
-        rows.append(("telemetry", f"TCP {facts['telemetry']}，已签名，只收更新的消息{crypt}" if zh
-                     else f"TCP {facts['telemetry']}, signed, each message newer than the last{crypt}"))
-    if facts["compile_cache"]:
-        cache = (f"{facts['compile_cache']}（只有你能写）" if zh else f"{facts['compile_cache']} (yours only)")
-        if facts["compile_refused"]:
-            cache += f"; {facts['compile_refused']}"
-        rows.append(("torch.compile", cache))
-    if facts.get("kernel") is not None:
-        rows.append(("kernel", kernel_text(facts["kernel"], lang)))
-    return rows

@@ -1,5 +1,5 @@
-"""Looking inside a rank (engine side; imported by rank.py): where its main thread is, hints for
-the mistakes learners make, and a post-mortem debugger driven from the notebook.
+"""Looking inside a rank (engine side; each Rank holds one Probe): where its main thread is, hints
+for the mistakes learners make, and a post-mortem debugger driven from the notebook.
 
 - where(): the rank's current line of the cell and, inside torch.distributed, which collective,
   on which group, with which tensor, for how long. Read from the main thread's Python stack by
@@ -21,7 +21,6 @@ COLLECTIVES = {
     "monitored_barrier", "broadcast_object_list", "all_gather_object", "gather_object", "scatter_object_list",
     "new_group", "init_process_group", "destroy_process_group",
 }
-_entered = {}  # (the collective's frame, op, count) -> (time first seen, its description)
 
 
 def is_cell(filename):
@@ -29,54 +28,16 @@ def is_cell(filename):
     return "ipykernel_" in filename or filename.startswith("<ipython-input-") or filename == "<cell>"
 
 
-def where(thread_id):
-    """Where thread `thread_id` is: {"line", "op", "group", "shape", "dtype", "since"}, or None."""
-    frame = sys._current_frames().get(thread_id)
-    found, line = None, None
-    while frame is not None:
-        code = frame.f_code
-        if found is None and code.co_name in COLLECTIVES and "torch/distributed" in code.co_filename:
-            found = frame
-        if is_cell(code.co_filename):
-            line = frame.f_lineno
-            break
-        frame = frame.f_back
-    if found is None:
-        _entered.clear()
-        return {"line": line, "op": None, "group": None, "shape": None, "dtype": None, "since": None,
-                "calls": _calls["count"]}
-    # CPython reuses a frame's memory: with the count of collectives entered, a loop of calls
-    # at one line is seen as many short waits, not one long one
-    key = (id(found), found.f_code.co_name, _calls["count"])
-    first = _entered.get(key)
-    if first is None:
-        _entered.clear()
-        first = _entered[key] = (time.monotonic(), _describe(found))
-    since, described = time.monotonic() - first[0], first[1]
-    return {"line": line, "op": found.f_code.co_name, "since": round(since, 2), "calls": _calls["count"], **described}
-
-
 # ------------------------------------------------------------------ collectives this cell called
-_calls = {"count": 0, "last": None}  # how many collectives the cell entered, and the last one
-_inside = threading.local()  # .op: the collective this thread is in (those it calls are not counted again)
 WATCHED = ("all_reduce", "broadcast", "all_gather", "all_gather_into_tensor", "all_gather_single", "reduce",
            "reduce_scatter", "reduce_scatter_tensor", "reduce_scatter_single", "gather", "scatter", "barrier",
            "all_to_all", "all_to_all_single",
            "broadcast_object_list", "all_gather_object")
 
 
-def new_cell():
-    _calls["count"], _calls["last"] = 0, None
-
-
-def cell_calls():
-    """What the cell's collectives were: {"calls": n, "last": where-like record of the last one}."""
-    return {"calls": _calls["count"], "last": _calls["last"]}
-
-
-def _count(op, fn):
-    """Count a collective on its way in (a few microseconds; DDP's own all-reduces do not come
-    through here: its reducer calls gloo from C++)."""
+def _count(probe, op, fn):
+    """Count a collective on its way in, in `probe` (a few microseconds; DDP's own all-reduces do
+    not come through here: its reducer calls gloo from C++)."""
     import functools
     import inspect
 
@@ -84,21 +45,22 @@ def _count(op, fn):
 
     @functools.wraps(fn)
     def collective(*args, **kwargs):
-        if getattr(_inside, "op", None):  # called by another collective (a deprecated name, *_object): counted once
+        inside, calls = probe.inside, probe.calls
+        if getattr(inside, "op", None):  # called by another collective (a deprecated name, *_object): counted once
             return fn(*args, **kwargs)
-        _calls["count"] += 1
+        calls["count"] += 1
         frame, line = sys._getframe(1), None
         while frame is not None and line is None:
             if is_cell(frame.f_code.co_filename):
                 line = frame.f_lineno
             frame = frame.f_back
         arguments = dict(zip(names, args), **kwargs)
-        _calls["last"] = {"line": line, "op": op, **_describe_arguments(arguments)}
-        _inside.op = op
+        calls["last"] = {"line": line, "op": op, **_describe_arguments(arguments)}
+        inside.op = op
         try:
             return fn(*args, **kwargs)
         finally:
-            _inside.op = None
+            inside.op = None
 
     collective.__wrapped__ = fn
     return collective
@@ -132,77 +94,8 @@ def _group_name(group):
         if ranks == list(range(dist.get_world_size())):
             return "default"  # (torch's collectives replace group=None by the default group before waiting)
         return "ranks " + ",".join(map(str, ranks))
-    except Exception:  # noqa: BLE001 - a group of another world
+    except (RuntimeError, ValueError):  # a group of another world
         return "a group"
-
-
-# ------------------------------------------------------------------ hints
-_hints = []  # (time, "hint", key): what the next batch carries to the notebook
-_patched = False
-
-
-def hint(key):
-    _hints.append((time.perf_counter(), "hint", key))
-
-
-def take_hints():
-    out = list(_hints)
-    _hints.clear()
-    return out
-
-
-def patch(formed_by_ddplab):
-    """Wrap what learners call by mistake (once per process). formed_by_ddplab() is True while
-    the group in this process is ddplab's."""
-    global _patched
-    if _patched:
-        return
-    _patched = True
-    import torch.distributed as dist
-    import torch.distributed.distributed_c10d as c10d
-    from torch.utils.data import DistributedSampler
-
-    init, destroy = dist.init_process_group, dist.destroy_process_group
-
-    def init_process_group(backend=None, *args, **kwargs):
-        if dist.is_initialized() and formed_by_ddplab():
-            world, rank = kwargs.get("world_size", -1), kwargs.get("rank", -1)
-            if backend in (None, "gloo", "cpu:gloo") and world in (-1, dist.get_world_size()) \
-                    and rank in (-1, dist.get_rank()):
-                hint("init_again")  # asks for what exists: a no-op, with a note in the notebook
-                return None
-            hint("init_other")
-            raise RuntimeError(f"ddplab already formed this rank's process group (gloo, rank {dist.get_rank()} "
-                               f"of {dist.get_world_size()}): init_process_group({backend!r}, ...) asks for another; "
-                               "use dist.new_group(...) for a group of some ranks, or %ddp_stop then %ddp_start")
-        return init(backend, *args, **kwargs)
-
-    def destroy_process_group(group=None):
-        if group is None and formed_by_ddplab():
-            hint("destroyed")
-        return destroy(group)
-
-    init_process_group.__wrapped__ = init
-    destroy_process_group.__wrapped__ = destroy
-    for module in (dist, c10d):
-        module.init_process_group, module.destroy_process_group = init_process_group, destroy_process_group
-    for op in WATCHED:
-        counted = _count(op, getattr(dist, op))
-        for module in (dist, c10d):
-            setattr(module, op, counted)
-
-    seen = {}  # id(sampler) -> epoch of its last pass
-    original_iter = DistributedSampler.__iter__
-
-    def __iter__(self):
-        if getattr(self, "shuffle", False):
-            if seen.get(id(self)) == self.epoch and not getattr(self, "_ddplab_told", False):
-                self._ddplab_told = True
-                hint("set_epoch")
-            seen[id(self)] = self.epoch
-        return original_iter(self)
-
-    DistributedSampler.__iter__ = __iter__
 
 
 # ------------------------------------------------------------------ the post-mortem debugger
@@ -259,44 +152,142 @@ class RemotePdb:
         return f"{self.error}\n{self.out.getvalue()}"
 
 
-_debugger = None
+class Probe:
+    """One rank's probes: the collectives its cell entered, where its main thread waits, the hints
+    it leaves for the notebook, and its debugger."""
 
+    def __init__(self):
+        self.calls = {"count": 0, "last": None}  # how many collectives the cell entered, and the last one
+        self.inside = threading.local()  # .op: the collective this thread is in (those it calls are not counted)
+        self.entered = {}  # (the collective's frame, op, count) -> (time first seen, its description)
+        self.hints = []  # (time, "hint", key): what the next batch carries to the notebook
+        self.patched = False
+        self.debugger = None
 
-def debug_start():
-    """Open the debugger on this rank's last exception; returns the exception and where it was."""
-    global _debugger
-    _debugger = RemotePdb()
-    return _debugger.header()
+    def new_cell(self):
+        self.calls["count"], self.calls["last"] = 0, None
 
+    def cell_calls(self):
+        """What the cell's collectives were: {"calls": n, "last": where-like record of the last one}."""
+        return {"calls": self.calls["count"], "last": self.calls["last"]}
 
-def debug_command(line):
-    if _debugger is None:
-        raise LookupError("no debugger is open on this rank: %ddp_debug RANK opens one")
-    return _debugger.onecmd(line)
+    def where(self, thread_id):
+        """Where thread `thread_id` is: {"line", "op", "group", "shape", "dtype", "since", "calls"}."""
+        frame = sys._current_frames().get(thread_id)
+        found, line = None, None
+        while frame is not None:
+            code = frame.f_code
+            if found is None and code.co_name in COLLECTIVES and "torch/distributed" in code.co_filename:
+                found = frame
+            if is_cell(code.co_filename):
+                line = frame.f_lineno
+                break
+            frame = frame.f_back
+        count = self.calls["count"]
+        if found is None:
+            self.entered.clear()
+            return {"line": line, "op": None, "group": None, "shape": None, "dtype": None, "since": None,
+                    "calls": count}
+        # CPython reuses a frame's memory: with the count of collectives entered, a loop of calls
+        # at one line is seen as many short waits, not one long one
+        key = (id(found), found.f_code.co_name, count)
+        first = self.entered.get(key)
+        if first is None:
+            self.entered.clear()
+            first = self.entered[key] = (time.monotonic(), _describe(found))
+        since, described = time.monotonic() - first[0], first[1]
+        return {"line": line, "op": found.f_code.co_name, "since": round(since, 2), "calls": count, **described}
 
+    # ------------------------------------------------------------------ hints
+    def hint(self, key):
+        self.hints.append((time.perf_counter(), "hint", key))
 
-def debug_end():
-    global _debugger
-    _debugger = None
+    def take_hints(self):
+        out = list(self.hints)
+        self.hints.clear()
+        return out
 
+    def patch(self, formed_by_ddplab):
+        """Wrap what learners call by mistake, and count collectives (once per process).
+        formed_by_ddplab() is True while the group in this process is ddplab's."""
+        if self.patched:
+            return
+        self.patched = True
+        import torch.distributed as dist
+        import torch.distributed.distributed_c10d as c10d
+        from torch.utils.data import DistributedSampler
 
-def checksums(names=None):
-    """{name: [(parameter, float64 checksum)]} of the nn.Modules in the rank's namespace (or of
-    `names`); a DDP model is checked through .module."""
-    import torch
+        init, destroy, hint = dist.init_process_group, dist.destroy_process_group, self.hint
 
-    from .rank import _user_ns
+        def init_process_group(backend=None, *args, **kwargs):
+            if dist.is_initialized() and formed_by_ddplab():
+                world, rank = kwargs.get("world_size", -1), kwargs.get("rank", -1)
+                if backend in (None, "gloo", "cpu:gloo") and world in (-1, dist.get_world_size()) \
+                        and rank in (-1, dist.get_rank()):
+                    hint("init_again")  # asks for what exists: a no-op, with a note in the notebook
+                    return None
+                hint("init_other")
+                raise RuntimeError(f"ddplab already formed this rank's process group (gloo, rank {dist.get_rank()} "
+                                   f"of {dist.get_world_size()}): init_process_group({backend!r}, ...) asks for "
+                                   "another; use dist.new_group(...) for a group of some ranks, or %ddp_stop then "
+                                   "%ddp_start")
+            return init(backend, *args, **kwargs)
 
-    ns = _user_ns()
-    found = {}
-    for name in names or sorted(ns):
-        value = ns.get(name)
-        module = getattr(value, "module", value)
-        if isinstance(module, torch.nn.Module) and not name.startswith("_"):
-            with torch.no_grad():
-                found[name] = [(p_name, float(p.double().sum()) + float((p.double() ** 2).sum()))
-                               for p_name, p in module.named_parameters()]
-        elif names:
-            found[name] = None
-    return found
+        def destroy_process_group(group=None):
+            if group is None and formed_by_ddplab():
+                hint("destroyed")
+            return destroy(group)
 
+        init_process_group.__wrapped__ = init
+        destroy_process_group.__wrapped__ = destroy
+        for module in (dist, c10d):
+            module.init_process_group, module.destroy_process_group = init_process_group, destroy_process_group
+        for op in WATCHED:
+            counted = _count(self, op, getattr(dist, op))
+            for module in (dist, c10d):
+                setattr(module, op, counted)
+
+        seen = {}  # id(sampler) -> epoch of its last pass
+        original_iter = DistributedSampler.__iter__
+
+        def __iter__(sampler):
+            if getattr(sampler, "shuffle", False):
+                if seen.get(id(sampler)) == sampler.epoch and not getattr(sampler, "_ddplab_told", False):
+                    sampler._ddplab_told = True
+                    hint("set_epoch")
+                seen[id(sampler)] = sampler.epoch
+            return original_iter(sampler)
+
+        DistributedSampler.__iter__ = __iter__
+
+    # ------------------------------------------------------------------ the debugger
+    def debug_start(self):
+        """Open the debugger on this rank's last exception; returns the exception and where it was."""
+        self.debugger = RemotePdb()
+        return self.debugger.header()
+
+    def debug_command(self, line):
+        if self.debugger is None:
+            raise LookupError("no debugger is open on this rank: %ddp_debug RANK opens one")
+        return self.debugger.onecmd(line)
+
+    def debug_end(self):
+        self.debugger = None
+
+    @staticmethod
+    def checksums(ns, names=None):
+        """{name: [(parameter, float64 checksum)]} of the nn.Modules in namespace `ns` (or of
+        `names`); a DDP model is checked through .module."""
+        import torch
+
+        found = {}
+        for name in names or sorted(ns):
+            value = ns.get(name)
+            module = getattr(value, "module", value)
+            if isinstance(module, torch.nn.Module) and not name.startswith("_"):
+                with torch.no_grad():
+                    found[name] = [(p_name, float(p.double().sum()) + float((p.double() ** 2).sum()))
+                                   for p_name, p in module.named_parameters()]
+            elif names:
+                found[name] = None
+        return found

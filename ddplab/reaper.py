@@ -15,7 +15,7 @@ import time
 
 import psutil
 
-EVERY = 0.5
+EVERY = 0.5  # seconds between looks at the kernel (a separate process: not a DDPLab setting)
 
 
 def _listed(workdir):

@@ -5,17 +5,11 @@ import time
 
 import psutil
 
-ENGINE_MB = 350  # resident memory of one engine with torch imported (measured ~250 MB) plus headroom
-MAX_DEFAULT_RANKS = 4
 
-
-def cores():
+def usable_cores():
     """CPUs this process may really use: the affinity mask, capped by a container's CPU quota
-    (Binder and docker show all the host's cores but allow one or two). DDPLab.cores overrides."""
-    from .config import tunables
-
-    if tunables().cores > 0:
-        return tunables().cores
+    (Binder and docker show all the host's cores but allow one or two). (config.cores() is this,
+    unless DDPLab.cores says otherwise.)"""
     try:
         n = len(os.sched_getaffinity(0))
     except AttributeError:  # not on Linux
@@ -42,17 +36,6 @@ def cgroup_cpu_quota(root="/sys/fs/cgroup"):
         return -(-quota // period) if quota > 0 else None
     except (OSError, ValueError):
         return None
-
-
-def default_ranks():
-    """Two ranks at least (one rank teaches nothing about communication), cores at most 4."""
-    return min(MAX_DEFAULT_RANKS, max(2, cores()))
-
-
-def max_local_ranks():
-    """How many engines this machine can hold: 4 per core, and the memory they need."""
-    by_memory = psutil.virtual_memory().available // (ENGINE_MB * 2**20)
-    return max(1, min(max(8, 4 * cores()), by_memory))
 
 
 def free_gib():

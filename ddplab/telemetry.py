@@ -15,7 +15,6 @@ from dataclasses import dataclass, field
 import zmq
 
 from . import wire
-
 from .metrics import LiveMetrics
 from .state import RunState
 
@@ -54,7 +53,7 @@ class Telemetry:
     notebook sets a knob. Each read takes at most MAX_READ messages and READ_SECONDS, so a flood
     cannot hold the notebook."""
 
-    MAX_READ = 500
+    MAX_READ = 500  # (not DDPLab settings: a bound on work per poll, far above what ranks send, not a behaviour)
     READ_SECONDS = 0.02
     MAX_PENDING = 20_000
 

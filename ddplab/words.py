@@ -1,9 +1,19 @@
-"""The few words ddplab's messages share, in the pool's language (en or zh)."""
+"""ddplab's one way to say something in the pool's language (en or zh).
+
+    say(lang, "stopped {n} ranks in {seconds:.1f} s", n=4, seconds=0.2)
+
+The English text is the key: in Chinese it is looked up in the catalogue (zh.py, every Chinese
+string of ddplab's in one place) and formatted with the same values. A key may start with a
+context, "elapsed|running", where one English word needs two Chinese ones; English drops it.
+A key missing from the catalogue is said in English (tests/unit/test_words.py checks none is).
+"""
+from .zh import ZH
 
 
-def say(lang, en, zh):
-    """The message for `lang`: say(config.lang, "stopped", "已停止")."""
-    return zh if lang == "zh" else en
+def say(lang, text, **values):
+    """`text` in `lang`, formatted with `values`."""
+    template = ZH.get(text, text.rsplit("|", 1)[-1]) if lang == "zh" else text.rsplit("|", 1)[-1]
+    return template.format(**values) if values else template
 
 
 def plural(n, word):

@@ -160,7 +160,7 @@ def _become(request, inherited):
     if "numpy" in sys.modules:
         sys.modules["numpy"].random.seed()
     if "ddplab.rank" in sys.modules:
-        sys.modules["ddplab.rank"].preloaded = frozenset(sys.modules)
+        sys.modules["ddplab.rank"].RANK.preloaded = frozenset(sys.modules)
     os.chdir(request["cwd"])
     main = request.get("main", "engine")
     if main == "controller":

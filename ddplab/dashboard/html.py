@@ -6,26 +6,35 @@ SVG and HTML (not matplotlib) because browser fonts draw Chinese labels.
 from html import escape
 
 from .. import state as st
+from ..words import say
 
-LABELS = {
-    "en": {
-        st.STARTING: "starting", st.INIT: "init", st.READY: "ready", st.RUNNING: "running",
-        st.TRAINING: "training", st.DONE: "done", st.FAILED: "failed", st.LOST: "lost", st.STOPPED: "stopped",
-        "rank": "rank", "state": "state", "step": "step", "loss": "loss", "rate": "samples/s",
-        "heard": "last heard", "ago": "s ago", "ranks": "ranks", "cell": "cell", "total": "total",
-        "running_for": "running", "took": "took", "no_points": "no points yet: call ddplab.log(loss=..., samples=...) in rank code",
-        "loss_title": "loss per rank, by step", "rate_title": "samples/s per rank and total, by time (s)",
-        "output": "output", "stopped_pool": "pool stopped",
-    },
-    "zh": {
-        st.STARTING: "启动中", st.INIT: "初始化", st.READY: "就绪", st.RUNNING: "运行中",
-        st.TRAINING: "训练中", st.DONE: "完成", st.FAILED: "失败", st.LOST: "丢失", st.STOPPED: "已停止",
-        "rank": "进程 (rank)", "state": "状态", "step": "步数", "loss": "损失", "rate": "样本/秒",
-        "heard": "上次消息", "ago": "秒前", "ranks": "个进程", "cell": "单元格", "total": "合计",
-        "running_for": "已运行", "took": "用时", "no_points": "还没有数据：在 rank 代码中调用 ddplab.log(loss=..., samples=...)",
-        "loss_title": "各进程损失（按步数）", "rate_title": "各进程与合计的样本/秒（按时间，秒）",
-        "output": "输出", "stopped_pool": "进程池已停止",
-    },
+LABELS = {  # the dashboard's words, in English (zh.py: in Chinese, under the context 'dashboard|')
+    'starting': 'starting',
+    'init': 'init',
+    'ready': 'ready',
+    'running': 'running',
+    'training': 'training',
+    'done': 'done',
+    'failed': 'failed',
+    'lost': 'lost',
+    'stopped': 'stopped',
+    'rank': 'rank',
+    'state': 'state',
+    'step': 'step',
+    'loss': 'loss',
+    'rate': 'samples/s',
+    'heard': 'last heard',
+    'ago': 's ago',
+    'ranks': 'ranks',
+    'cell': 'cell',
+    'total': 'total',
+    'running_for': 'elapsed|running',
+    'took': 'took',
+    'no_points': 'no points yet: call ddplab.log(loss=..., samples=...) in rank code',
+    'loss_title': 'loss per rank, by step',
+    'rate_title': 'samples/s per rank and total, by time (s)',
+    'output': 'output',
+    'stopped_pool': 'pool stopped',
 }
 
 # the diagram: the seed lesson's init -> training -> done across the top, ready / failed / lost below
@@ -56,7 +65,7 @@ def rank_color(rank):
 
 
 def labels(lang):
-    return LABELS.get(lang, LABELS["en"])
+    return {key: say(lang, "dashboard|" + text) for key, text in LABELS.items()}
 
 
 def _center(node):

@@ -168,7 +168,8 @@ class Dashboard(View):
         self.plotted_once = self.plotted_once or has_points
         some = f" ({len(self.plotted)} of {rs.world_size} ranks)" if len(self.plotted) < rs.world_size else ""
         self._set(self.loss_title, f'<div class="ddplab-title">{escape(lab["loss_title"] + some)}</div>')
-        self._set(self.rate_title, f'<div class="ddplab-title">{escape(lab["rate_title"] if has_points else lab["no_points"])}</div>')
+        rate_title = lab["rate_title"] if has_points else lab["no_points"]
+        self._set(self.rate_title, f'<div class="ddplab-title">{escape(rate_title)}</div>')
         loss = {r: (metrics.loss[r], html.rank_color(r), 1.4) for r in self.plotted}
         rates = {r: (metrics.rate[r], html.rank_color(r), 1.4) for r in self.plotted}
         rates["total"] = (metrics.total, "#222222", 2.0)

@@ -25,8 +25,8 @@ def lang():
     import sys
 
     rank = sys.modules.get("ddplab.rank")
-    if rank is not None and rank._formed:
-        return rank.lang_of_pool
+    if rank is not None and rank.RANK.formed:
+        return rank.RANK.lang
     running = lab()
     if running is not None:
         return running.config.lang

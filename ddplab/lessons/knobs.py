@@ -1,5 +1,5 @@
 """Widgets that change a training while it runs (lessons 7, 8 and 9): each moves a knob on every
-rank (Lab.set_knob), which rank code reads with ddplab.knob(name, default), e.g. each step.
+rank (Lab.knobs), which rank code reads with ddplab.knob(name, default), e.g. each step.
 
     %%ddp --background                 # the cell returns at once; the dashboard stays live
     for step in range(2000):
@@ -45,6 +45,6 @@ def toggle(name, value=False, description=None):
 def _bound(lab, widget, name):
     """The widget, setting knob `name` on every rank now and whenever it changes."""
     widget.add_class(f"ddplab-knob-{name}")
-    lab.set_knob(name, widget.value)
-    widget.observe(lambda change: lab.set_knob(name, change["new"]), names="value")
+    lab.knobs.set(name, widget.value)
+    widget.observe(lambda change: lab.knobs.set(name, change["new"]), names="value")
     return widget

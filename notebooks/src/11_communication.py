@@ -141,7 +141,7 @@ draw.lines(None, panels=[
 # 共享的那几个核来完成。这对本次运行的影响如下：
 
 # %%
-from ddplab.system import cores
+from ddplab.config import cores
 
 small, large = [seconds[2][0], seconds[4][0]], [seconds[2][-1], seconds[4][-1]]
 print(say(f"The smallest all-reduce (4 kB) took {1e6 * small[0]:.0f} µs with 2 ranks and {1e6 * small[1]:.0f} µs with 4; "

@@ -143,7 +143,7 @@ for model in (plain, synced):
 %ddp_check plain synced
 
 # %%
-assert lab().check(["plain", "synced"]) == {"plain": [1, 2, 3], "synced": []}
+assert lab().debug.check(["plain", "synced"]) == {"plain": [1, 2, 3], "synced": []}
 
 # %% [markdown]
 # ## Hints for common mistakes

@@ -73,7 +73,7 @@ def hangs_up(sock, seconds=1.0):
             chunk = sock.recv(4096)
             if not chunk:
                 return True
-    except socket.timeout:
+    except TimeoutError:
         return False
     except OSError:  # reset: it closed with our bytes unread
         return True

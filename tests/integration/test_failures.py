@@ -29,8 +29,8 @@ def whole(ip, pool):
     yield pool
     if pool.find_lost():
         pool.restart()
-    for r in list(pool.faults):
-        pool.fault("clear", r)
+    for r in list(pool.drills.faults):
+        pool.drills.set("clear", r)
 
 
 def test_one_rank_raises_while_the_others_wait_in_all_reduce(ip, whole, capsys):
@@ -155,7 +155,7 @@ def test_fault_drills(ip, whole, capsys):
     ip.run_line_magic("ddp_fault", "")
     assert "rank 2: slow ×3" in capsys.readouterr().out
     ip.run_line_magic("ddp_fault", "clear")
-    assert whole.faults == {} and whole.run_state.ranks[2].fault is None
+    assert whole.drills.faults == {} and whole.run_state.ranks[2].fault is None
     ip.run_line_magic("ddp_fault", "kill 3 --at-step 2")
     res = ddp(ip, "for s in range(10):\n    ddplab.log(samples=1)\n    t = torch.ones(1); dist.all_reduce(t)")
     # the drill flushes the rank's last points before it dies: the report names the step it was set for

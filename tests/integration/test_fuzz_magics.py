@@ -104,8 +104,8 @@ def whole_and_no_leak(pool, before):
     cleared, and no process left behind by the example."""
     if pool.find_lost():
         pool.restart()
-    for r in list(pool.faults):
-        pool.fault("clear", r)
+    for r in list(pool.drills.faults):
+        pool.drills.set("clear", r)
     assert pool.running
     assert helpers(pool) <= before
 

@@ -68,7 +68,7 @@ def test_what_crosses_hosts_is_encrypted_and_junk_is_refused_before_any_frame(ip
     ip.run_line_magic("ddp_start", f"--connect {hosts.client_file} --threads 1")
     lab = no_pool.lab
     try:
-        assert lab.pool.encrypted and lab.pool.signed
+        assert lab.pool.encrypted and lab.pool.exposure()["signed"]
         ip.run_line_magic("ddp_status", "")
         status = capsys.readouterr().out
         assert "signed (HMAC-SHA256), encrypted (CurveZMQ)" in status and "each message newer than the last, " \
@@ -124,7 +124,7 @@ def test_a_pool_attached_to_four_hosts(ip, no_pool, hosts, capsys):
     assert len({s["checksum"] for s in summaries}) == 1
     assert [lab.run_state.ranks[r].points for r in range(4)] == [30] * 4
     assert board.table.value.count('data-state="done"') == 4 and board.frames >= 1
-    assert len(lab.history().where(cell=lab.run_state.cell)) == 4 * 30
+    assert len(lab.records.history().where(cell=lab.run_state.cell)) == 4 * 30
     capsys.readouterr()
 
     # a rank that raises frees the others at once, across hosts too

@@ -95,7 +95,7 @@ def test_check_names_the_ranks_whose_model_drifted(ip, pool, capsys):
     out = capsys.readouterr().out
     assert "net: identical on every rank" in out and "synced: identical on every rank" in out
     assert ddp(ip, "if rank in (1, 3):\n    with torch.no_grad():\n        net.weight.mul_(1.001)").success
-    assert pool.check(["net"]) == {"net": [1, 3]}
+    assert pool.debug.check(["net"]) == {"net": [1, 3]}
     ip.run_line_magic("ddp_check", "net")
     assert "net: ranks 1, 3 differ from rank 0" in capsys.readouterr().out
     en, pool.config = pool.config, replace(pool.config, lang="zh")

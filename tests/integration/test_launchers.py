@@ -8,7 +8,7 @@ import pytest
 
 from ddplab import Lab
 from ddplab.config import PoolConfig
-from ddplab.pool import LocalPool
+from ddplab.hostpool import LaunchedPool
 from ddplab.system import is_gone
 
 pytestmark = [pytest.mark.pool, pytest.mark.xdist_group("launchers")]
@@ -45,7 +45,7 @@ def profile_with(tmp_path, config):
 def engine_set(tmp_path, monkeypatch, launcher, config, n=4):
     """The engine launcher ddplab's pool would start (ipyparallel's, with the profile's settings)."""
     monkeypatch.setenv("IPYTHONDIR", str(tmp_path))
-    pool = LocalPool(**{"launcher": launcher, "threads": 1, "profile": profile_with(tmp_path, config)})
+    pool = LaunchedPool(launcher, profile=profile_with(tmp_path, config), threads=1)
     cluster = pool.make_cluster()
     es = cluster.engine_launcher_class(work_dir=str(tmp_path), parent=cluster, log=cluster.log, profile_dir=cluster.profile_dir,
                                        cluster_id=cluster.cluster_id, engine_set_id="x")

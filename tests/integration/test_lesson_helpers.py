@@ -37,7 +37,8 @@ model(torch.ones(2, 1000) * (rank + 1)).sum().backward()
 grad = model.module[4].bias.grad.clone()
 """)
     calls, sent, elements = pool.gather("counted")[0]
-    assert elements == 3 * 801100 and sent == elements * width and calls > 3  # more than one bucket a step (DDP re-buckets after step 1)
+    # more than one bucket a step (DDP re-buckets after step 1)
+    assert elements == 3 * 801100 and sent == elements * width and calls > 3
     # the gradient of bias is 2 per rank, identical on every rank after averaging
     assert [g.tolist() == [2.0] * 100 for g in pool.gather("grad")] == [True] * 4
 

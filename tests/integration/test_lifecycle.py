@@ -144,7 +144,7 @@ def test_a_run_killed_and_resumed_from_its_checkpoint_ends_bit_for_bit_equal(pai
             "params = [p.detach().clone() for p in model.module.parameters()]")
     pair.run(cell.format(path=str(tmp_path / "a.pt"), resume=False))
     uninterrupted = pair.gather("params")
-    pair.fault("kill", 1, at_step=23)  # rank 1 dies at step 23: the last checkpoint is step 20
+    pair.drills.set("kill", 1, at_step=23)  # rank 1 dies at step 23: the last checkpoint is step 20
     with pytest.raises(RankFailed) as info:
         pair.run(cell.format(path=str(tmp_path / "b.pt"), resume=False))
     assert info.value.ranks[0] == 1 and info.value.failures[1].ename == "RankLost"

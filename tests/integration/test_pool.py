@@ -56,7 +56,7 @@ def test_preloaded_names_and_rank_identity(pool):
 def test_engines_are_forked_with_what_they_import_to_register(pool):
     """Everything an engine imports to register and run DDP was loaded once, in the zygote: an
     engine importing it itself pays ~0.2 s of CPU (4 engines, 2 cores: a slower start)."""
-    pool.run("import sys, ddplab.rank\nlate = sorted({m.split('.')[0] for m in set(sys.modules) - ddplab.rank.preloaded})")
+    pool.run("import sys, ddplab.rank\nlate = sorted({m.split('.')[0] for m in set(sys.modules) - ddplab.rank.RANK.preloaded})")
     for late in pool.gather("late"):
         # (what the shared pool's cells import, e.g. torch.utils.data or a traceback's helpers, may come later)
         assert not set(late) & {"debugpy", "pydevd", "_pydevd_bundle", "ipykernel", "tornado", "ipyparallel",
@@ -209,7 +209,8 @@ def test_restart_gives_a_fresh_full_group(ip, pool, capsys):
         ip.run_line_magic("ddp_restart", "")
         out = capsys.readouterr().out
         assert "已重启：4 个 rank 已就绪" in out, out
-        assert pool.run_state.message == "正在启动 4 个 rank：组建 gloo 进程组"  # its last progress line, as the dashboard shows it
+        # its last progress line, as the dashboard shows it
+        assert pool.run_state.message == "正在启动 4 个 rank：组建 gloo 进程组"
     finally:
         pool.config = en
 

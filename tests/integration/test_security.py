@@ -13,7 +13,6 @@ import shutil
 import stat
 import subprocess
 import tempfile
-import threading
 import time
 from html import escape
 
@@ -23,10 +22,10 @@ import zmq
 from ddplab import Lab
 from ddplab.dashboard import html
 from ddplab.errors import RankFailed
-from ddplab.pool import LocalPool
+from ddplab.localpool import LocalPool
 from ddplab.privacy import folder_problem, tcp_listeners
 
-from .second_user import make_user, run_as, start_as, finish
+from .second_user import finish, make_user, start_as
 
 pytestmark = [pytest.mark.pool, pytest.mark.xdist_group("shared-pool")]
 TRAIN = ("from ddplab.workloads import train_ddp\nsummary = train_ddp(steps=30)\n"
@@ -58,7 +57,7 @@ def targets(*labs):
     for lab in labs:
         for pid in lab.pids():
             tcp.update(tcp_listeners(pid))
-        for root, dirs, files in os.walk(lab.pool.workdir):
+        for root, _, files in os.walk(lab.pool.workdir):
             unix.update(os.path.join(root, f) for f in files if stat.S_ISSOCK(os.lstat(os.path.join(root, f)).st_mode))
         if lab.telemetry.address.startswith("tcp://"):
             host, port = lab.telemetry.address[len("tcp://"):].rsplit(":", 1)
@@ -203,7 +202,7 @@ def test_compiled_code_never_lands_in_a_folder_someone_else_made(intruder, pool)
             assert made.returncode == 0, made.stderr
         t.compile_cache = planted
         pool.restart()  # formed again: the folder is checked before every use
-        refused = [text for warning, text in pool.exposure() if warning]
+        refused = [text for warning, text in pool.report.exposure() if warning]
         assert any(f"torch.compile's cache {planted} was refused (it belongs to {intruder})" in w for w in refused), refused
         used = {i["compile_cache"] for i in pool.info}
         assert len(used) == 1 and folder_problem(used.pop()) is None
@@ -220,7 +219,7 @@ def test_compiled_code_never_lands_in_a_folder_someone_else_made(intruder, pool)
         if aside:
             os.rename(aside, default)
         pool.restart()
-    assert [text for warning, text in pool.exposure() if warning] == []
+    assert [text for warning, text in pool.report.exposure() if warning] == []
 
 
 def test_an_account_without_root_gets_a_private_network_too(intruder):

@@ -35,8 +35,12 @@ class SharedKernel:
     def run(self, name, budget):
         """Execute notebooks/NAME.ipynb; return (the executed notebook, seconds it took)."""
         self._ensure()
-        reset = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell("%reset -f")])
-        NotebookClient(reset, km=self.km, timeout=60).execute()  # nothing of the last lesson is left
+        # nothing of the last lesson is left: a pool it left running (it failed before %ddp_stop) would make
+        # this lesson's %ddp_start a no-op, and its failure this one's
+        stop = ('_ip = get_ipython()\nif "ddp_stop" in _ip.magics_manager.magics["line"]:\n'
+                '    _ip.run_line_magic("ddp_stop", "")')
+        reset = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(stop), nbformat.v4.new_code_cell("%reset -f")])
+        NotebookClient(reset, km=self.km, timeout=60).execute()
         nb = nbformat.read(self.folder / f"{name}.ipynb", as_version=4)
         tic = time.monotonic()
         NotebookClient(nb, km=self.km, timeout=budget, kernel_name="python3",

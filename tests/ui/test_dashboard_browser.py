@@ -53,9 +53,9 @@ def jupyterlab(tmp_path_factory):
             try:
                 urllib.request.urlopen(f"{url}/api/status?token={token}", timeout=2)
                 break
-            except OSError:
+            except OSError as exc:
                 if server.poll() is not None or time.monotonic() > deadline:
-                    raise RuntimeError("JupyterLab did not start:\n" + (root / "jupyter.log").read_text()[-3000:])
+                    raise RuntimeError("JupyterLab did not start:\n" + (root / "jupyter.log").read_text()[-3000:]) from exc
                 time.sleep(0.3)
         yield url, token, root
     finally:
@@ -96,7 +96,7 @@ def run_all(browser, url, token, notebook, height, width=1400):
     # JupyterLab may ask which kernel to start: take the one the notebook names (Python 3)
     try:
         page.click(".jp-Dialog .jp-mod-accept", timeout=10_000)
-    except Exception:  # noqa: BLE001 - no dialog: the kernel started by itself
+    except Exception:  # noqa: BLE001, S110 - Playwright's TimeoutError: no dialog, the kernel started by itself
         pass
     page.wait_for_selector(".jp-NotebookPanel-toolbar :text('Python 3 (ipykernel)')", timeout=60_000)
     page.wait_for_function("() => document.querySelector('.jp-Notebook-ExecutionIndicator')"

@@ -1,4 +1,5 @@
 """One config: PoolConfig checks every setting once; the tunables are IPython configurables."""
+import dataclasses
 import os
 import subprocess
 import sys
@@ -19,7 +20,7 @@ def test_pool_config_fills_defaults_and_checks_each_setting():
         with pytest.raises(BadRequest) as info:
             PoolConfig.make(**{"ranks": 2, **bad})
         assert "\n" not in str(info.value)
-    with pytest.raises(Exception):  # frozen: a pool's settings do not change under it
+    with pytest.raises(dataclasses.FrozenInstanceError):  # a pool's settings do not change under it
         c.ranks = 3
 
 
@@ -40,14 +41,14 @@ def test_config_magic_sets_tunables_and_pool_defaults(ip, capsys):
 
 def test_ipython_config_file_reaches_the_tunables(tmp_path):
     (tmp_path / "ipython_config.py").write_text('c.DDPLab.lang = "zh"\nc.DDPLab.escalate = 3.0\n')
-    script = textwrap.dedent("""
+    script = textwrap.dedent(f"""
         from IPython.terminal.ipapp import TerminalIPythonApp
         app = TerminalIPythonApp.instance()
-        app.initialize(["--profile-dir", %r, "--no-banner"])
+        app.initialize(["--profile-dir", {str(tmp_path)!r}, "--no-banner"])
         app.shell.run_line_magic("load_ext", "ddplab")
         from ddplab.config import PoolConfig, tunables
         print(tunables().escalate, PoolConfig.make(2).lang)
-    """ % str(tmp_path))
+    """)
     out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60,
                          env={**os.environ, "IPYTHONDIR": str(tmp_path)})
     assert out.stdout.split()[-2:] == ["3.0", "zh"], out.stderr
@@ -70,11 +71,11 @@ def test_each_timeout_says_what_it_limits(ip):
 
 
 def test_unloading_ends_the_zygote_only_when_no_lab_uses_it(monkeypatch):
+    import weakref
+
     import ddplab
     import ddplab.zygote
     from ddplab import lab
-
-    import weakref
 
     stopped = []
     monkeypatch.setattr(ddplab.zygote, "stop_zygote", lambda: stopped.append(True))

@@ -9,8 +9,9 @@ from ipyparallel.client.asyncresult import AsyncResult
 
 
 def test_the_installed_ipyparallel_is_in_the_pinned_range():
-    import tomllib
     from pathlib import Path
+
+    import tomllib
 
     deps = tomllib.loads((Path(__file__).parents[2] / "pyproject.toml").read_text())["project"]["dependencies"]
     pin = next(d for d in deps if d.startswith("ipyparallel"))

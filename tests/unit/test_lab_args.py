@@ -116,7 +116,8 @@ def test_rank_failed_names_ranks_that_failed_the_same_way_once():
 
 
 def test_cores_follow_a_container_quota(tmp_path, monkeypatch):
-    from ddplab.system import cgroup_cpu_quota, cores
+    from ddplab.config import cores
+    from ddplab.system import cgroup_cpu_quota
 
     (tmp_path / "cpu.max").write_text("150000 100000\n")
     assert cgroup_cpu_quota(str(tmp_path)) == 2

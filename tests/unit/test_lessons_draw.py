@@ -110,7 +110,8 @@ def test_say_follows_the_pool_language(monkeypatch):
 
 
 def test_lessons_package_stays_light_for_ranks():
-    code = "import sys, ddplab.lessons.ranks; print(sorted(m for m in ('matplotlib', 'ipywidgets', 'IPython', 'zmq') if m in sys.modules))"
+    code = ("import sys, ddplab.lessons.ranks; "
+            "print(sorted(m for m in ('matplotlib', 'ipywidgets', 'IPython', 'zmq') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"
 
@@ -136,6 +137,6 @@ def test_say_in_rank_code_speaks_the_language_of_the_pool(monkeypatch):
     from ddplab.lessons import say
 
     assert say("loss", "损失") == "loss"  # the notebook, no pool
-    monkeypatch.setattr(rank, "_formed", True)
-    monkeypatch.setattr(rank, "lang_of_pool", "zh")  # as form_group(..., lang="zh") sets it in a rank
+    monkeypatch.setattr(rank.RANK, "formed", True)
+    monkeypatch.setattr(rank.RANK, "lang", "zh")  # as join(..., lang="zh") sets it in a rank
     assert say("loss", "损失") == "损失"

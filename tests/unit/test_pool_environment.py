@@ -6,7 +6,8 @@ import os
 import pytest
 from torch._inductor.runtime.cache_dir_utils import default_cache_dir
 
-from ddplab.pool import LocalPool
+from ddplab.hostpool import LaunchedPool
+from ddplab.localpool import LocalPool
 from ddplab.privacy import compile_cache, default_compile_cache, folder_problem, private_folder, torch_default_cache
 
 
@@ -69,6 +70,6 @@ def test_local_ranks_keep_temporary_files_in_the_pools_folder(tmp_path):
 
 
 def test_engines_on_other_hosts_keep_their_own_temporary_folder(tmp_path):
-    pool = LocalPool(launcher="mpi")
+    pool = LaunchedPool("mpi")
     pool.workdir = str(tmp_path)  # a folder of this machine, which the hosts do not have
     assert "TMPDIR" not in pool.environment() and "TORCHINDUCTOR_CACHE_DIR" not in pool.environment()

@@ -1,8 +1,8 @@
-"""probe.where(): what a rank's main thread is doing, read from its stack by another thread."""
+"""Probe.where(): what a rank's main thread is doing, read from its stack by another thread."""
 import threading
 import time
 
-from ddplab import probe
+from ddplab.probe import Probe
 
 FAKE = compile("import time\ndef all_reduce(t):\n    time.sleep(0.02)\n", "/site/torch/distributed/fake.py", "exec")
 
@@ -11,10 +11,11 @@ def test_a_loop_of_short_collectives_is_many_short_waits_not_one_long_one():
     space = {}
     exec(FAKE, space)
     stop = threading.Event()
+    probe = Probe()
 
     def loop():  # as a training loop calling all_reduce at one line, counted as the wrappers count
         while not stop.is_set():
-            probe._calls["count"] += 1
+            probe.calls["count"] += 1
             space["all_reduce"](None)
 
     worker = threading.Thread(target=loop)

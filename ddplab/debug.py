@@ -1,0 +1,48 @@
+"""lab.debug: looking inside ranks from the notebook. A post-mortem pdb on a rank's last exception,
+one command at a time (%ddp_debug), and the models' parameters compared across ranks (%ddp_check).
+The engine side is Probe (probe.py), reached through Rank's protocol."""
+from .errors import BadRequest, NameMissing
+from .rank import call
+
+
+class Debugger:
+    def __init__(self, lab):
+        self.lab = lab
+
+    def start(self, rank=None):
+        """Open pdb on `rank`'s last exception (default: the root cause of the last failed cell);
+        returns (rank, the exception and the line it was raised on)."""
+        lab = self.lab
+        if rank is None:
+            failed = lab.last_result.failure_order if lab.last_result is not None else []
+            lost = lab.find_lost()
+            rank = next((r for r in failed if r not in lost), None)
+            if rank is None:
+                raise BadRequest("no rank failed in the last cell: give one, e.g. %ddp_debug 0")
+        (rank,) = lab.check_ranks([rank])
+        try:
+            return rank, lab.view_on([rank]).apply_sync(call, "debug_start")[0]
+        except Exception as exc:  # noqa: BLE001 - e.g. no exception on that rank: said in one line
+            raise BadRequest(f"rank {rank}: {getattr(exc, 'evalue', exc)}") from exc
+
+    def command(self, rank, line):
+        """One pdb command on `rank` (after start); what pdb printed."""
+        return self.lab.view_on([rank]).apply_sync(call, "debug_command", line)[0]
+
+    def end(self, rank):
+        self.lab.view_on([rank]).apply_sync(call, "debug_end")
+
+    def check(self, names=None):
+        """Compare the parameters of nn.Modules across ranks (all in the ranks' namespaces, or
+        `names`): {name: ranks whose parameters differ from rank 0's (empty: identical)}."""
+        lab = self.lab
+        ranks = lab.check_ranks(None)
+        per_rank = lab.view_on(ranks).apply_async(call, "checksums", names).get(timeout=lab.timeout)
+        missing = sorted({n for sums in per_rank for n, v in sums.items() if v is None})
+        if missing:
+            raise NameMissing(f"not an nn.Module on every rank: {', '.join(missing)}")
+        found = {}
+        for name in sorted(set().union(*per_rank)):
+            reference = per_rank[0].get(name)
+            found[name] = [r for r, sums in zip(ranks, per_rank) if sums.get(name) != reference]
+        return found

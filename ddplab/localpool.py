@@ -1,0 +1,166 @@
+"""A pool on this machine: a controller forked from the zygote, and engines forked from it too
+("local") or started by ipyparallel's local launcher ("local-spawn"). Every socket of ipyparallel
+and of the telemetry is a file in the pool's private 0700 folder (ipc://): the pool opens no TCP
+port but gloo's, and those live in the zygote's network namespace where the machine allows one
+(zygote.py). The rendezvous is a file in that folder. A reaper ends the pool if the kernel dies.
+"""
+import os
+import signal
+import socket
+import time
+
+from .config import tunables
+from .owned import OwnedCluster
+from .pool import Pool, log
+from .privacy import compile_cache
+from .system import exit_reason, is_gone, kill, loopback_interface
+
+
+class LocalPool(OwnedCluster, Pool):
+    """Engines on this machine (see the module docstring). rendezvous: "file" or "tcp://HOST:PORT"."""
+
+    def __init__(self, launcher="local", threads=1, rendezvous="file"):
+        super().__init__()
+        self.launcher, self.threads, self.rendezvous_asked = launcher, threads, rendezvous
+        self.profile = None
+        self.forked = launcher == "local"  # engines forked from the zygote (the controller always is)
+        self._procs = {}  # rank -> the launcher of its engine (signalled by pid)
+
+    # ------------------------------------------------------------------ start
+    def start(self, n, deadline, say):
+        from .zygote import zygote
+
+        self.open_workdir()
+        self.compile_folder()
+        zygote()  # usually started at %load_ext ddplab, and warm since
+        return self.start_cluster(n, deadline, say)
+
+    def engine_launcher(self):
+        from .launcher import ForkedEngineSetLauncher
+
+        return ForkedEngineSetLauncher if self.forked else "local"
+
+    def controller_launcher(self):
+        from .launcher import ForkedControllerLauncher
+
+        return ForkedControllerLauncher
+
+    def controller_args(self):
+        # every socket a file in the private folder: no TCP port (zygote.py makes the names agree)
+        return ["--IPController.transport=ipc", f"--IPController.ip={os.path.join(self.workdir, 'ipp')}"]
+
+    def engine_config(self, config):
+        if not self.forked:  # no nanny: it listens on a TCP port (engines here are signalled by pid)
+            config.LocalEngineSetLauncher.engine_args = ["--IPEngine.enable_nanny=False"]
+        return config
+
+    def environment(self):
+        return {
+            # set before torch is imported, so each rank uses its share of the cores
+            "OMP_NUM_THREADS": str(self.threads),
+            "MKL_NUM_THREADS": str(self.threads),
+            "DDPLAB_PARENT_PID": str(os.getpid()),
+            "GLOO_SOCKET_IFNAME": loopback_interface(),  # gloo listens on loopback only
+            # what the ranks and their children (DataLoader workers, a forkserver) put in temporary
+            # files goes to the pool's private folder: stop kills them before they can remove it
+            "TMPDIR": os.path.join(self.workdir, "tmp"),
+            "TORCHINDUCTOR_CACHE_DIR": self.compile_cache,  # outlives the pool; the ranks check it again
+        }
+
+    def located(self, new, deadline):
+        return new, []  # every engine is here, on loopback
+
+    def track(self, info):
+        super().track(info)
+        launchers = {l.process.pid: l for l in self.launchers() if l.process is not None}
+        self._procs = {r: launchers[i["pid"]] for r, i in enumerate(info) if i.get("pid") in launchers}
+        self.write_pids()
+
+    # ------------------------------------------------------------------ what protects it
+    def compile_folder(self):
+        self.compile_cache, self.compile_refused = compile_cache(
+            tunables().compile_cache, lambda: os.path.join(self.workdir, "tmp", "torchinductor"))
+        if self.compile_refused:
+            log.warning(self.compile_refused)
+        return self.compile_cache
+
+    @property
+    def network(self):
+        """("private", None): the controller and ranks live in a network namespace of their own;
+        ("shared", why): on the machine's network (gloo's ports reachable from its loopback)."""
+        if not self.forked:
+            return "shared", "local-spawn engines are started by ipyparallel, not forked into a private network"
+        from .zygote import zygote
+
+        return zygote().network
+
+    def exposure(self):
+        network, why = self.network
+        return {"local": True, "network": network, "network_why": why, "signed": True, "encrypted": False,
+                "controller": None}
+
+    def telemetry_where(self):
+        return f"ipc://{self.workdir}"  # a socket file in the private folder: other users cannot reach it
+
+    def rendezvous(self, generation, key):
+        if self.rendezvous_asked == "file":
+            path = os.path.join(self.workdir, f"rendezvous-{generation}")
+            os.close(os.open(path, os.O_WRONLY | os.O_CREAT, 0o600))  # torch's FileStore keeps this mode
+            return "file://" + path, None
+        host, _, port = self.rendezvous_asked[len("tcp://"):].rpartition(":")  # torch's TCPStore, asked for
+        host = host or "127.0.0.1"
+        if port in ("", "0"):
+            with socket.socket() as s:
+                s.bind((host, 0))
+                port = s.getsockname()[1]
+        return f"tcp://{host}:{port}", None
+
+    def rendezvous_text(self):
+        return "file (private folder)" if self.rendezvous_asked == "file" else self.rendezvous_asked
+
+    # ------------------------------------------------------------------ its processes
+    def _gone_why(self, rank):
+        launcher = self._procs.get(rank)
+        if launcher is None:
+            return super()._gone_why(rank)
+        if self._gone(launcher.process):  # its process tells, with its exit code
+            return exit_reason(self._exit_code(launcher.process))
+        return None
+
+    def _gone(self, proc):
+        """Cheap (this runs on every poll): a signal-0 probe; the zygote reaps its engines at
+        once, so a dead forked engine has no pid left. Otherwise psutil, which tells zombies."""
+        try:
+            os.kill(proc.pid, 0)
+        except ProcessLookupError:
+            return True
+        except PermissionError:  # a pid reused by another user's process: ours is gone
+            return True
+        return False if self.forked else is_gone(proc)
+
+    def _exit_code(self, proc, wait=0.5):
+        """The exit code of a dead engine. Its parent reaps it: the zygote (which writes it down)
+        or ipyparallel's launcher thread (psutil keeps it on that Process object; waiting here too
+        would race that thread)."""
+        from .zygote import zygote
+
+        deadline = time.monotonic() + wait
+        while True:
+            code = zygote().exit_code(proc.pid) if self.forked else getattr(proc, "_exitcode", None)
+            if isinstance(code, int) or time.monotonic() > deadline:
+                return code if isinstance(code, int) else None
+            time.sleep(0.02)
+
+    def kill(self, ranks, why=None):
+        self.kill_processes([self._procs[r].process for r in ranks if r in self._procs])
+        if why:
+            for r in ranks:
+                self.mark_lost(r, why)
+
+    def interrupt(self, ranks):
+        live = [r for r in ranks if r not in self.lost(ranks)]
+        kill([self._procs[r].process for r in live if r in self._procs], signal.SIGINT)
+
+    def stop(self, shutdown=False):
+        self._procs = {}
+        return super().stop(shutdown)

@@ -1,0 +1,201 @@
+"""Running cells on the ranks for the Lab: send a cell, watch it (cell.py, monitor.py), act on what
+cell.plan_recovery decided (re-form the group, restart ranks), and say what was done. A cell may run
+in the background (Background): a thread watches it as a foreground cell would, while the notebook
+goes on (widgets work, knobs reach the ranks).
+
+State shared with the Lab's other threads (busy, the background cell, the last result) changes
+only under lab.lock.
+"""
+import logging
+import threading
+import time
+
+from . import cell
+from .config import tunables
+from .errors import BadRequest, CellTimeout, CollectiveMismatch, RankFailed
+from .monitor import Hooks
+from .words import ranks_text
+
+log = logging.getLogger("ddplab")
+
+
+class Runner:
+    def __init__(self, lab):
+        self.lab = lab
+        self.busy = False  # a cell runs (foreground or background): the watch thread stays out of its way
+        self.background = None  # the cell running in the background, if any
+        self.last_result = None  # RunResult of the last cell, also when it failed or was interrupted
+
+    def run(self, code, ranks=None, timeout=None, background=False):
+        lab = self.lab
+        with lab.lock:
+            if self.background is not None and not self.background.done():
+                raise BadRequest("a cell runs in the background on the ranks: %ddp_wait waits for its result, "
+                                 "%ddp_interrupt stops it")
+            ranks = lab.check_ranks(ranks)
+            if timeout is not None and not timeout > 0:
+                raise BadRequest(f"timeout must be a positive number of seconds, got {timeout!r}")
+            self.last_result = None
+            self.busy = True
+            if background:
+                self.background = Background(self, code, ranks, timeout)
+                return self.background
+        try:
+            return self.execute(code, ranks, timeout)
+        finally:
+            with lab.lock:
+                self.busy = False
+
+    def wait(self, timeout=None):
+        with self.lab.lock:
+            background = self.background
+        if background is None:
+            raise BadRequest("no cell runs in the background: %%ddp --background starts one")
+        return background.result(timeout)
+
+    def execute(self, code, ranks, timeout):
+        """Run one cell on `ranks` until every rank is done or gone, then recover; its RunResult."""
+        lab = self.lab
+        live, rs = lab.live, lab.run_state
+        lab.metrics.reset()
+        rs.begin_cell(ranks, time.monotonic())
+        lab.show("begin")
+        tic = time.perf_counter()
+        live.hints, live.calls, live.begun = {}, {}, set()
+        outcome, stopped_by = cell.execute(lab.view_on(ranks), code, ranks, live, lab.telemetry, self.hooks(),
+                                           timeout, lab.config.lang)
+        result = cell.collect(outcome, rs, lab.info, time.perf_counter() - tic)
+        with lab.lock:
+            self.last_result = result
+        plan = cell.plan_recovery(outcome, result)
+        destroyed = "destroyed" in live.hints and not plan
+        result.recovery = self.recover(plan)
+        result.hints = self.hints(destroyed)
+        rs.end_cell(time.monotonic())
+        lab.report.notices()
+        if result.recovery:
+            rs.message = " ".join(result.recovery)
+        lab.show("end")
+        if stopped_by == "interrupt":
+            raise KeyboardInterrupt(" ".join(result.recovery))
+        if stopped_by == "timeout":
+            raise CellTimeout(f"the cell ran longer than {timeout:g} s on {ranks_text(ranks)}; every rank was "
+                              "interrupted (SIGINT)" + "".join(f"; {line}" for line in result.recovery))
+        if outcome.mismatch is not None:
+            raise CollectiveMismatch(outcome.mismatch.text, result.failed, result)
+        if result.failed:
+            raise RankFailed(result.failed, result)
+        lab.export.record(rs.cell, code, None if ranks == list(range(lab.world_size)) else ranks)
+        return result
+
+    def hooks(self):
+        lab = self.lab
+        return Hooks(lost=lab.find_lost, kill=lab.pool.kill, interrupt=lab.pool.interrupt,
+                     close_group=lab.group.close, draw=lambda: lab.show("update"), cut=self.cut)
+
+    def cut(self, ranks):
+        """Tell these running ranks to break their links to their peers (Rank.cut)."""
+        lab = self.lab
+        ports = sorted({p for i in lab.info for p in i.get("ports", ())})
+        log.info("cutting the links of ranks %s", ranks)
+        for r in ranks:
+            lab.telemetry.command(r, cmd="cut", ports=ports)
+
+    def recover(self, plan):
+        """Act on what cell.plan_recovery decided; return what was done, for the user."""
+        lab = self.lab
+        seconds, stale = 0.0, ()
+        try:
+            if plan.restart:
+                log.info("restarting ranks %s (stuck after SIGINT)", plan.restart)
+                seconds = lab.restart_ranks(plan.restart)
+            elif plan.reform:
+                log.info("re-forming the group after a failed cell")
+                seconds, stale = lab.form(time.perf_counter() + lab.config.start_timeout)
+        except Exception as exc:  # noqa: BLE001 - the cell's own report comes first; this says what is left
+            log.warning("the group could not be formed again", exc_info=True)
+            return [f"the group could not be formed again ({type(exc).__name__}: {exc}): %ddp_restart "
+                    "(Lab.restart()) brings back a full group"]
+        return cell.recovery_notes(plan, lab.world_size, tunables().escalate, seconds, stale)
+
+    def hints(self, destroyed):
+        """The mistakes the cell made, said once (in the pool's language); a group the cell
+        destroyed is formed again here, so the next cell has one."""
+        from .diagnose import hint_text
+
+        lab = self.lab
+        lang, hints = lab.config.lang, []
+        for key in sorted(lab.live.hints):
+            if key == "destroyed":
+                if not destroyed:
+                    continue  # the group was formed again by the recovery already
+                try:
+                    seconds, _ = lab.form(time.perf_counter() + lab.config.start_timeout)
+                except Exception as exc:  # noqa: BLE001 - said to the user, who can restart
+                    log.warning("the group the cell destroyed could not be formed again", exc_info=True)
+                    hints.append(f"the cell destroyed the process group and it could not be formed again ({exc}): "
+                                 "%ddp_restart")
+                    continue
+                hints.append(hint_text(key, lang, ms=seconds * 1000))
+            else:
+                hints.append(hint_text(key, lang))
+        return hints
+
+
+class Background:
+    """A cell running in the background: a thread watches it as run() would (dashboard, failures)."""
+
+    def __init__(self, runner, code, ranks, timeout):
+        self.runner, self.ranks = runner, ranks
+        self._result = self._error = None
+        runner.lab.view_background(True)
+        self.thread = threading.Thread(target=self._watch, args=(code, ranks, timeout), name="ddplab-background",
+                                       daemon=True)
+        self.thread.start()
+
+    def _watch(self, code, ranks, timeout):
+        lab = self.runner.lab
+        try:
+            self._result = self.runner.execute(code, ranks, timeout)
+        except BaseException as exc:  # noqa: BLE001 - given to whoever waits
+            self._error = exc
+        finally:
+            with lab.lock:
+                self.runner.busy = False
+            lab.view_background(False)
+
+    def done(self):
+        return not self.thread.is_alive()
+
+    def result(self, timeout=None):
+        self.thread.join(timeout)
+        if self.thread.is_alive():
+            raise TimeoutError(f"the background cell still runs after {timeout:g} s")
+        with self.runner.lab.lock:
+            if self.runner.background is self:
+                self.runner.background = None
+        if self._error is not None:
+            raise self._error
+        return self._result
+
+    def __repr__(self):
+        what = "done" if self.done() else "running"
+        return f"<a cell in the background on ranks {', '.join(map(str, self.ranks))}: {what}>"
+
+
+def watch(lab, stopping):
+    """The watch thread: while no cell runs, notice engines that die (so the dashboard shows them
+    lost), and messages dropped; until `stopping` is set."""
+    from . import state as st
+
+    while not stopping.wait(tunables().watch_every):
+        with lab.lock:
+            if lab.runner.busy or not lab.running:
+                continue
+            changed = lab.report.notices()
+            for r, why in lab.find_lost().items():
+                if lab.run_state.states[r] not in (st.LOST, st.STOPPED):
+                    lab.run_state.fail(r, why, lost=True)
+                    changed = True
+            if changed and getattr(lab.view, "threadsafe", False):
+                lab.show("update")

@@ -1,0 +1,241 @@
+"""The catalogue: every message, label and note of ddplab in Chinese, keyed by its English text
+(words.say). One term per concept: rank stays "rank", process group 进程组, collective 集合通信,
+engine 引擎, pool 进程池, cell 单元格, step 步, straggler 慢节点. A key "context|text" is the English
+text for one context of several (the dashboard's "running" is not the elapsed time's)."""
+
+ZH = {
+    # --- magics.py
+    "a pool of {n} ranks is already running; nothing changed. Use %ddp_restart for a fresh pool, or %ddp_stop then %ddp_start N.":
+        "已有一个 {n} 个 rank 的进程池在运行，什么也没有改变。要一个新的进程池用 %ddp_restart，或者先 %ddp_stop 再 %ddp_start N。",
+    "; run code on every rank with %%ddp":
+        "；用 %%ddp 在每个 rank 上运行代码",
+    "running in the background on {n} ranks; %ddp_wait shows its output, %ddp_interrupt stops it":
+        "在后台的 {n} 个 rank 上运行；%ddp_wait 显示它的输出，%ddp_interrupt 停止它",
+    "every rank was sent SIGINT; %ddp_wait shows how the cell ended":
+        "已向每个 rank 发送 SIGINT；%ddp_wait 显示这个单元格是怎样结束的",
+    "every rank was sent SIGINT":
+        "已向每个 rank 发送 SIGINT",
+    "{n} ranks, backend gloo, rendezvous {where}, collective timeout {timeout:g} s, started in {seconds:.1f} s":
+        "{n} 个 rank，后端 gloo，rendezvous {where}，集合通信超时 {timeout:g} 秒，启动用时 {seconds:.1f} 秒",
+    "who else can reach it:":
+        "别人能否连到它：",
+    "wrote {n} points to {path} (columns: {columns})":
+        "已把 {n} 个数据点写入 {path}（列：{columns}）",
+    "no fault drills set":
+        "没有设置故障演练",
+    "every fault drill cleared":
+        "所有故障演练都已清除",
+    "pdb on rank {rank}: {header}":
+        "在 rank {rank} 上运行 pdb：{header}",
+    "no nn.Module on the ranks to compare":
+        "rank 上没有可以比较的 nn.Module",
+    "{ranks} differ{s} from rank 0: the ranks' parameters drifted apart (not wrapped in DDP? a step taken on some ranks only?)":
+        "{ranks} 与 rank 0 不同：各 rank 的参数已经不一致（没有用 DDP 包装？有一步只在部分 rank 上执行了？）",
+    "identical on every rank":
+        "每个 rank 上都相同",
+    "wrote {n} {cells} to {path}; run it with {run}":
+        "已把 {n} 个单元格写入 {path}；这样运行它：{run}",
+    "stopped {n} ranks in {seconds:.1f} s":
+        "已停止 {n} 个 rank，用时 {seconds:.1f} 秒",
+    "left the group and shut down its {n} engines and their controller in {seconds:.1f} s":
+        "已离开进程组，并关闭了它的 {n} 个引擎及其控制器，用时 {seconds:.1f} 秒",
+    "left the group in {seconds:.1f} s; the {n} engines (started elsewhere, on {hosts}) keep running: %ddp_start --connect groups them again, %ddp_stop --shutdown stops them":
+        "已离开进程组，用时 {seconds:.1f} 秒；这 {n} 个引擎（在别处启动，位于 {hosts}）仍在运行：%ddp_start --connect 会把它们重新组成进程组，%ddp_stop --shutdown 会停止它们",
+    # --- lab.py, drills.py, report.py, pools
+    "restarted {lost} in {seconds:.1f} s ({its} variables are gone; {kept} kept theirs); group re-formed":
+        "已重启 {lost}，用时 {seconds:.1f} 秒（{its}的变量已丢失；{kept} 保留了各自的变量）；进程组已重新组建",
+    "its":
+        "它",
+    "their":
+        "它们",
+    "restarted: {ready}; every rank's variables were cleared, the engines kept":
+        "已重启：{ready}；每个 rank 的变量都已清空，引擎保留",
+    "restarted: {ready}; variables from before are gone":
+        "已重启：{ready}；之前的变量都已丢失",
+    "rank {rank} killed (SIGKILL); %ddp_restart brings it back":
+        "rank {rank} 已被终止（SIGKILL）；%ddp_restart 可以让它回来",
+    "rank {rank}: no fault drill":
+        "rank {rank}：没有故障演练",
+    "rank {rank} is a straggler: each step takes {factor:g}x as long (until %ddp_fault clear {rank})":
+        "rank {rank} 成了慢节点：每一步的耗时变为原来的 {factor:g} 倍（直到 %ddp_fault clear {rank}）",
+    "at step {step}":
+        "在第 {step} 步",
+    "at its next step":
+        "在下一步",
+    "rank {rank} will {what} {when} (ddplab.log counts steps)":
+        "rank {rank} 将{when}{what}（步数由 ddplab.log 计数）",
+    "be killed (SIGKILL)":
+        "被终止（SIGKILL）",
+    "raise":
+        "抛出异常",
+    ", on {n} hosts":
+        "，分布在 {n} 台主机上",
+    "{n} ranks ready in {seconds:.1f} s (gloo, {threads} {thread_s} per rank{where})":
+        "{n} 个 rank 已就绪，用时 {seconds:.1f} 秒（gloo，每个 rank {threads} 个线程{where}）",
+    "this machine has {n} other account(s); this kernel's channel: ":
+        "本机还有 {n} 个其他账户；这个内核的通道：",
+    "gloo listens on this machine's loopback ({why}): its {n} other account(s) can connect to it":
+        "gloo 在本机的回环接口上监听（{why}）：本机其他 {n} 个账户可以连接它",
+    "starting {n} ranks: controller ...":
+        "正在启动 {n} 个 rank：控制器……",
+    "starting {n} {engines}: {up}/{n} up":
+        "正在启动 {n} 个引擎：{up}/{n} 已就绪",
+    "attaching to the engines of {what} ...":
+        "正在连接 {what} 的引擎……",
+    "starting {n} ranks: forming the gloo group":
+        "正在启动 {n} 个 rank：组建 gloo 进程组",
+    # --- report.py
+    "{transport}, encrypted (CurveZMQ)":
+        "{transport}，已加密（CurveZMQ）",
+    "ipc socket files (only you can open them)":
+        "ipc 套接字文件（只有你能打开）",
+    "TCP on {ip} without encryption: any account of this machine can connect to its ports and read what cells print; an administrator can set {fix}":
+        "{ip} 上的 TCP，未加密：本机任何账户都能连上它的端口，读到单元格打印的内容；管理员可以设置 {fix}",
+    "socket files in the pool's private folder (no TCP port)":
+        "进程池私有文件夹里的套接字文件（不开 TCP 端口）",
+    "signed (HMAC-SHA256)":
+        "已签名（HMAC-SHA256）",
+    "NOT signed!":
+        "未签名！",
+    "encrypted (CurveZMQ)":
+        "已加密（CurveZMQ）",
+    "not encrypted (%ddp_start --encrypt, or a controller started with --IPController.enable_curve=True)":
+        "未加密（%ddp_start --encrypt，或用 --IPController.enable_curve=True 启动控制器）",
+    "TCP to {controller}, {signed}, {encrypted}":
+        "TCP → {controller}，{signed}，{encrypted}",
+    "the ranks live in a network namespace of their own: no other account can reach gloo's ports":
+        "rank 运行在进程池自己的网络命名空间里：本机其他账户连不到 gloo 的端口",
+    "on this machine's loopback ({why}): other accounts can connect to its ports and break a collective (ddplab recovers), not read data or run code":
+        "在本机的回环接口上（{why}）：本机其他账户可以连接它的端口，能打断一次集合通信（ddplab 会恢复），但读不到数据，也不能运行代码",
+    "TCP between the hosts, unauthenticated (as in any PyTorch job): use a network you trust":
+        "主机之间的 TCP，没有认证（与任何 PyTorch 作业一样）：只在可信的网络里使用",
+    "a socket file in the pool's private folder":
+        "进程池私有文件夹里的套接字文件",
+    "{address}, signed, each message newer than the last, {encrypted}":
+        "{address}，已签名，只收比上一条更新的消息，{encrypted}",
+    "encrypted":
+        "已加密",
+    "not encrypted":
+        "未加密",
+    "{folder} (yours only)":
+        "{folder}（只有你能写）",
+    # --- diagnose.py
+    "line {line}":
+        "第 {line} 行",
+    "waiting {s:.0f} s":
+        "已等待 {s:.0f} 秒",
+    "running":
+        "运行中",
+    "one|rank":
+        "rank",
+    "many|ranks":
+        "rank",
+    "collective mismatch: {calls}. Every rank of a group must call the same collectives, in the same order, with tensors of the same shape and dtype":
+        "集合通信不匹配：{calls}。同一进程组里的每个 rank 必须以相同的顺序调用相同的集合通信，张量的形状和数据类型也必须相同",
+    "{who} called {call}":
+        "{who} 调用了{call}",
+    "{who} {wait} in {call} for {peers}, which finished the cell without calling it":
+        "{who}{wait} 在{call}中等待 {peers}，而后者没有调用它就结束了这个单元格",
+    "{who} {wait} in {call}; {peers}":
+        "{who}{wait} 在{call}中等待；{peers}",
+    "{who} {wait} in {call}":
+        "{who}{wait} 在{call}中等待",
+    "{who} called {call} and finished the cell":
+        "{who} 调用了{call} 并结束了这个单元格",
+    "{who} finished the cell without calling it":
+        "{who} 没有调用它就结束了这个单元格",
+    "{who} {wait} in {call} for {peers}, which do not run this cell (%%ddp --ranks): a collective on the default group needs every rank":
+        "{who}{wait} 在{call}中等待 {peers}，而后者没有运行这个单元格（%%ddp --ranks）：默认进程组上的集合通信需要所有 rank",
+    "at line {line}":
+        "第 {line} 行",
+    "{group} group":
+        "{group}进程组",
+    "default":
+        "默认",
+    "list|; ":
+        "；",
+    "init_process_group(...) in a cell: ddplab already formed this group (gloo, every rank), so the line did nothing here and can go (a script started by torchrun needs it)":
+        "单元格中的 init_process_group(...)：ddplab 已经建立了这个进程组（gloo，所有 rank），所以这一行在这里什么也没做，可以删掉（由 torchrun 启动的脚本才需要它）",
+    "init_process_group(...) asked for a group other than the one ddplab formed: use dist.new_group(ranks) for a group of some ranks, or %ddp_stop and %ddp_start for another pool":
+        "init_process_group(...) 要求的进程组与 ddplab 建立的不同：要为部分 rank 建组请用 dist.new_group(ranks)，要换一个进程池请先 %ddp_stop 再 %ddp_start",
+    "the cell called dist.destroy_process_group(): ddplab formed the group again ({ms:.0f} ms), so the next cell has one; objects made with the old group (a DDP model, a new_group) must be made again":
+        "这个单元格调用了 dist.destroy_process_group()：ddplab 已重新建立进程组（{ms:.0f} 毫秒），下一个单元格可以照常使用；用旧进程组创建的对象（DDP 模型、new_group）需要重新创建",
+    "a DistributedSampler was iterated again without set_epoch(epoch): every epoch gets the same order of samples; call sampler.set_epoch(epoch) at the start of each epoch":
+        "DistributedSampler 在没有调用 set_epoch(epoch) 的情况下被再次遍历：每个 epoch 的样本顺序都一样；请在每个 epoch 开始时调用 sampler.set_epoch(epoch)",
+    "waits":
+        "",
+    "wait":
+        "",
+    "list|, ":
+        "、",
+    "{op}({inside}) at line {line}":
+        "第 {line} 行的 {op}({inside})",
+    # --- export.py
+    "A ddplab notebook, as a torchrun script":
+        "一个 ddplab notebook，导出为 torchrun 脚本",
+    "Exported by ddplab's %ddp_export from the %%ddp cells that ran successfully, in order.":
+        "由 ddplab 的 %ddp_export 从成功运行过的 %%ddp 单元格按顺序导出。",
+    "Run it with torchrun, e.g.:":
+        "用 torchrun 运行它，例如：",
+    "ddplab.log(...) and ddplab.phase(...) as in the notebook (points kept in memory)":
+        "ddplab.log(...) 和 ddplab.phase(...) 与 notebook 中一样（数据点留在内存里）",
+    "as the notebook's pool had it: {threads} thread(s) per rank":
+        "与 notebook 的进程池相同：每个 rank {threads} 个线程",
+    "from torchrun's environment: RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT":
+        "从 torchrun 设置的环境变量读取：RANK、WORLD_SIZE、MASTER_ADDR、MASTER_PORT",
+    "left out by %ddp_export (works only in a notebook)":
+        "%ddp_export 略去了这一行（只能在 notebook 中运行）",
+    # --- dashboard/html.py
+    "dashboard|starting":
+        "启动中",
+    "dashboard|init":
+        "初始化",
+    "dashboard|ready":
+        "就绪",
+    "dashboard|running":
+        "运行中",
+    "dashboard|elapsed|running":
+        "已运行",
+    "dashboard|training":
+        "训练中",
+    "dashboard|done":
+        "完成",
+    "dashboard|failed":
+        "失败",
+    "dashboard|lost":
+        "丢失",
+    "dashboard|stopped":
+        "已停止",
+    "dashboard|rank":
+        "进程 (rank)",
+    "dashboard|state":
+        "状态",
+    "dashboard|step":
+        "步数",
+    "dashboard|loss":
+        "损失",
+    "dashboard|samples/s":
+        "样本/秒",
+    "dashboard|last heard":
+        "上次消息",
+    "dashboard|s ago":
+        "秒前",
+    "dashboard|ranks":
+        "个进程",
+    "dashboard|cell":
+        "单元格",
+    "dashboard|total":
+        "合计",
+    "dashboard|took":
+        "用时",
+    "dashboard|no points yet: call ddplab.log(loss=..., samples=...) in rank code":
+        "还没有数据：在 rank 代码中调用 ddplab.log(loss=..., samples=...)",
+    "dashboard|loss per rank, by step":
+        "各进程损失（按步数）",
+    "dashboard|samples/s per rank and total, by time (s)":
+        "各进程与合计的样本/秒（按时间，秒）",
+    "dashboard|output":
+        "输出",
+    "dashboard|pool stopped":
+        "进程池已停止",
+}

@@ -1,0 +1,50 @@
+"""The Lab's threads: a cell in the background (watched by its own thread), the watch thread that
+notices dead engines between cells, and the notebook's own thread asking things meanwhile (a slider
+moved, %ddp_status, a cell refused while the other runs). Shared state changes under lab.lock."""
+import threading
+import time
+
+import pytest
+
+from ddplab.errors import BadRequest
+
+pytestmark = [pytest.mark.pool, pytest.mark.xdist_group("shared-pool")]
+
+LOOP = ("import time\nseen = set()\nfor step in range(40):\n    seen.add(ddplab.knob('period', 0))\n"
+        "    t = torch.ones(1)\n    dist.all_reduce(t)\n    ddplab.log(loss=1.0 / (step + 1), samples=1)\n"
+        "    time.sleep(0.02)\nprint('steps', step + 1, 'all', t.item())")
+
+
+def test_the_notebook_and_a_background_cell_share_the_lab(pool):
+    errors, refused, asked = [], [], [0]
+    background = pool.run(LOOP, background=True)
+
+    def notebook(period):  # what the notebook does while the cell runs
+        while not background.done():
+            try:
+                pool.knobs.set("period", period)
+                assert len(pool.status()) == 4 and pool.find_lost() == {}
+                pool.report.protections()
+                asked[0] += 1
+                for refusal in (lambda: pool.run("x = 1"), lambda: pool.gather("rank"), lambda: pool.wait(0.01)):
+                    try:
+                        refusal()
+                    except (BadRequest, TimeoutError) as exc:
+                        refused.append(type(exc).__name__)
+            except Exception as exc:  # noqa: BLE001 - collected: the test fails with it below
+                errors.append(exc)
+            time.sleep(0.005)
+
+    threads = [threading.Thread(target=notebook, args=(p,)) for p in (3, 4)]
+    for t in threads:
+        t.start()
+    result = background.result(60)
+    for t in threads:
+        t.join(10)
+    assert errors == [] and asked[0] > 10, errors
+    assert set(refused) == {"BadRequest", "TimeoutError"}  # the other cell and gather refused; wait not done yet
+    assert result.stdout == ["steps 40 all 4.0\n"] * 4
+    assert all(seen & {3, 4} for seen in pool.gather("seen"))  # the knobs reached every rank while it ran
+    assert not pool.runner.busy and pool.background is None and pool.last_result is result
+    assert list(pool.run_state.states) == ["done"] * 4 and [pool.run_state.ranks[r].points for r in range(4)] == [40] * 4
+    assert pool.run("print(rank)").stdout == [f"{r}\n" for r in range(4)]  # and the next cell runs
