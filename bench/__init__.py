@@ -1,1 +1,1 @@
-"""ddplab's benchmark suite: python -m bench [--quick] (see README, "Performance")."""
+"""ddplab's benchmark suite: python -m bench [--quick] (results in docs/performance: the docs' Performance page)."""

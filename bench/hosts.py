@@ -10,7 +10,7 @@ import subprocess
 import sys
 import time
 
-from ddplab.errors import RankFailed
+from ddplab.errors import RankFailed, RankLost
 
 from .common import result
 
@@ -68,7 +68,7 @@ def run(quick=False):
         hosts.lose(n - 1)
         try:
             lab.run("import time\nfor _ in range(1000):\n    t = torch.ones(1); dist.all_reduce(t); time.sleep(0.02)")
-        except RankFailed:  # naming the lost rank: what is measured (its time, not its text)
+        except (RankFailed, RankLost):  # naming the lost rank: what is measured (its time, not its text)
             pass
         lost_after.append(time.perf_counter() - tic)
         lab.stop()

@@ -14,7 +14,7 @@ from IPython.core.magic_arguments import argument, magic_arguments, parse_argstr
 from .config import PoolConfig
 from .dashboard.text import LiveOutput, Progress, TextView, in_notebook, show_result
 from .errors import CellTimeout, Interrupted, RankFailed, UsageProblem
-from .lab import Lab, default_ranks
+from .lab import Lab
 from .words import plural
 
 
@@ -127,8 +127,7 @@ class DDPMagics(Magics):
 
     @magic_arguments()
     @argument("ranks", nargs="?", type=int,
-              help=f"number of ranks (default here: {default_ranks()}, from the cores, at most 4; attached: "
-                   "every engine registered)")
+              help="number of ranks (default: the cores, at least 2, at most 4; attached: every engine registered)")
     @argument("--timeout", type=float, default=None,
               help="seconds a collective (all_reduce, barrier, ...) may wait for the other ranks before gloo "
                    "fails it (default 30; DDPLab.timeout). Not a limit on cells: that is %%%%ddp --timeout")
