@@ -13,7 +13,7 @@ import time
 
 import psutil
 
-SUITE = ["log_cost", "start", "training", "history", "dashboard_scale", "hosts"]
+SUITE = ["log_cost", "start", "training", "history", "kernel_memory", "dashboard_scale", "hosts"]
 
 
 def machine():

@@ -24,18 +24,23 @@ _lab = ddplab._magics[id(get_ipython())].lab
 _dashboard = _lab.view
 """
 TRAIN = "%%ddp\nfrom ddplab.workloads import train_ddp\nsummary = train_ddp(steps={steps}, log={log})"
-BEFORE = "_lab.view = {view}\n_c0, _w0 = time.process_time(), time.perf_counter()"
+BEFORE = ("_lab.view = {view}\n_lab.records.record({timeline})\ntime.sleep(0.3)  # (the ranks hear it within a tick)\n"
+          "_c0, _w0 = time.process_time(), time.perf_counter()")
 AFTER = ("_cpu = (time.process_time() - _c0) / (time.perf_counter() - _w0)\n"
          "print('BENCH ' + json.dumps([sum(s['samples_per_s'] for s in _lab.gather('summary')), _cpu]))")
 
 
 def in_notebook(n, steps, modes):
-    """samples/s and kernel CPU share for each mode, in order: "on" (dashboard), "off" (no view),
-    "nolog" (dashboard, no ddplab.log calls). The first runs right after the pool is ready."""
+    """samples/s and kernel CPU share for each mode, in order: "on" (dashboard and timeline), "off" (no
+    view), "nolog" (no ddplab.log calls), "notl" (no timeline recorded). The first runs right after the
+    pool is ready."""
     cells = [SETUP.format(n=n)]
-    for mode in modes:
+    for i, mode in enumerate(modes):
         view = "_dashboard" if mode != "off" else "None"
-        cells += [BEFORE.format(view=view), TRAIN.format(steps=steps, log=mode != "nolog"), AFTER]
+        before = BEFORE.format(view=view, timeline=mode != "notl")
+        if i == 0:  # the first run: right after %ddp_start, nothing in between
+            before = before.replace("time.sleep(0.3)", "pass")
+        cells += [before, TRAIN.format(steps=steps, log=mode != "nolog"), AFTER]
     cells.append("%ddp_stop")
     return in_kernel(cells)
 
@@ -88,7 +93,7 @@ def run(quick=False):
     # one pair of 1000-step runs resolves here); its first run (just started: train_first's figure)
     # is in no pair
     short, k = (20, 1) if quick else (300, 4)
-    pairs = [("on", "off"), ("off", "on"), ("on", "nolog"), ("nolog", "on")] * k
+    pairs = [("on", "off"), ("off", "on"), ("on", "nolog"), ("nolog", "on"), ("on", "notl"), ("notl", "on")] * k
     modes = ["on", *(m for pair in pairs for m in pair)]
     runs = in_notebook(n, short, modes)
     cpu = {mode: statistics.median(r[1] for x, r in zip(modes[1:], runs[1:]) if x == mode) for mode in set(modes)}
@@ -120,6 +125,8 @@ def run(quick=False):
                kernel_cpu_off=cpu["off"]),
         result("log_overhead", f"%%ddp training, {n} ranks: ddplab.log() every step / no log (same kernel, "
                f"adjacent runs of {short} steps)", paired(runs, modes, "on", "nolog"), target=(">=", 0.99)),
+        result("timeline_on_off", f"%%ddp training, {n} ranks: the timeline recorded / not (same kernel, adjacent "
+               f"runs of {short} steps)", paired(runs, modes, "on", "notl"), target=(">=", 0.98)),
         result("scaling", f"samples/s of N ranks / one process using all {cores()} cores "
                f"({base:.0f} samples/s); N = {', '.join(map(str, sizes))}",
                [rates[n] / base for n in sizes], unit="efficiency", samples_per_s=rates,

@@ -25,6 +25,9 @@ class Group:
         self.knobs = {}  # the Lab's knobs: a rank that joins (a restarted one) gets them too
         self.store_public = None  # CurveZMQ public key of rank 0's store (an encrypted pool across hosts)
         self.where = None  # the rendezvous of the last forming (file://..., signed://host:port)
+        self.timeline = True  # ranks record their timeline (Records.recording)
+        self.clock_offsets = {}  # rank -> its host's monotonic clock minus the notebook's (0 on this machine)
+        self.clock_error = 0.0  # how well the offsets are known (seconds: half the best round trip)
 
     def form(self, deadline, say=None):
         """(Re-)form the group on every rank. Returns (seconds, objects tied to the old group:
@@ -49,7 +52,7 @@ class Group:
         compile_folder = pool.compile_folder()
         ars = [client[eid].apply_async(call, "join", r, n, where, cfg.timeout, threads[r], address, tunables().flush,
                                        key, ifnames[r], self.knobs, cfg.lang, self.generation, serverkey,
-                                       self.store_public, compile_folder)
+                                       self.store_public, compile_folder, self.timeline)
                for r, eid in enumerate(eids)]
         for ar in ars:
             if not ar.wait(max(0.0, deadline - time.perf_counter())):
@@ -63,6 +66,7 @@ class Group:
         for i, facts in zip(self.info, pool.facts):
             i.update(address=facts["ip"], ifname=facts["ifname"])
         stale = sorted({tuple(s) for i in self.info for s in i.pop("stale", [])})
+        self.clock_offsets, self.clock_error = pool.clock_offsets()
         return time.perf_counter() - tic, stale
 
     def close(self, ranks):

@@ -291,6 +291,41 @@ class DDPMagics(Magics):
         self.lab.view.show()
 
     @magic_arguments()
+    @argument("--cell", type=int, default=None, help="the notebook cell's number (default: the last %%ddp cell)")
+    @argument("--save", metavar="PATH", default=None, help="write it in Chrome's trace format (Perfetto opens it)")
+    @argument("--on", action="store_true", help="record the timeline in the cells that follow (the default)")
+    @argument("--off", action="store_true", help="do not record it in the cells that follow")
+    @line_magic
+    def ddp_timeline(self, line):
+        """The timeline of the last %%ddp cell: every rank's forward, backward, optimizer, data and each
+        collective on one clock, with the waiting for the last rank; displayed, the swimlanes and the
+        breakdown of a step; tl.to_pandas(), tl.summary(), tl.memory.
+
+            tl = %ddp_timeline
+            %ddp_timeline --save trace.json      # open it in https://ui.perfetto.dev
+            %ddp_timeline --off                  # later cells are not recorded (--on again)
+        """
+        args = _parse(self.ddp_timeline, line)
+        lab = self._lab()
+        if args.on and args.off:
+            raise UsageError("--on or --off, not both")
+        if args.on or args.off:
+            lab.records.record(args.on)
+            _tell(lab, "the timeline is recorded in the cells that follow" if args.on
+                  else "the timeline is not recorded in the cells that follow")
+            return None
+        timeline = _usage(lab.records.timeline, args.cell)
+        if args.save:
+            try:
+                n = timeline.save(args.save)
+            except OSError as exc:
+                raise UsageError(f"cannot write {args.save}: {exc.strerror}") from None
+            _tell(lab, "wrote {n} spans of {ranks} ranks to {path} (Chrome's trace format: Perfetto opens it)", n=n,
+                  ranks=len(timeline.ranks), path=args.save)
+            return None
+        return timeline
+
+    @magic_arguments()
     @argument("--csv", metavar="PATH", default=None, help="write the history to this CSV file")
     @line_magic
     def ddp_history(self, line):

@@ -35,6 +35,30 @@ class Series:
             self.stride *= 2
             self.generation += 1
 
+    def add_many(self, xs, ys):
+        """add() for arrays of points, without a Python object per point: only the points the stride
+        keeps are touched (a batch of 150k points costs its arrays, not 150k floats)."""
+        import numpy as np
+
+        keep = np.isfinite(xs) & np.isfinite(ys)
+        xs, ys = xs[keep], ys[keep]
+        while len(xs):
+            first = self.stride - 1 - self.skipped  # the next point the stride keeps
+            if first >= len(xs):
+                self.skipped += len(xs)
+                return
+            room = self.cap + 1 - len(self.x)  # points that fit before the next thinning
+            take = np.arange(first, len(xs), self.stride)[:room]
+            self.x.extend(xs[take].tolist())
+            self.y.extend(ys[take].tolist())
+            used = int(take[-1]) + 1
+            self.skipped = 0
+            xs, ys = xs[used:], ys[used:]
+            if len(self.x) > self.cap:
+                del self.x[1::2], self.y[1::2]
+                self.stride *= 2
+                self.generation += 1
+
     def clear(self):
         self.__init__(self.cap)
 
@@ -43,20 +67,41 @@ class Series:
 
 
 class RateMeter:
-    """Samples per second over the last `window` seconds of a rank's own clock."""
+    """Samples per second over the last `window` seconds of a rank's own clock. Points closer than
+    `window / 400` to the last one kept are added into it (its time moves to theirs): a thousand steps a
+    second keep a few hundred entries, not thousands of objects."""
 
     def __init__(self, window=2.0):
         self.window = window
-        self.points = deque()  # (time, samples)
+        self.resolution = window / 400
+        self.points = deque()  # [time, samples]
         self.inside = 0  # samples of every point but the oldest
 
     def add(self, t, samples):
         if self.points:
             self.inside += samples
-        self.points.append((t, samples))
+            last = self.points[-1]
+            if len(self.points) > 1 and t - self.points[-2][0] < self.resolution:
+                last[0], last[1] = t, last[1] + samples  # (the oldest point is never merged into)
+                return
+        self.points.append([t, samples])
         while len(self.points) > 2 and self.points[1][0] <= t - self.window:
             self.points.popleft()
             self.inside -= self.points[0][1]
+
+    def add_many(self, ts, samples):
+        """add() for arrays: only the points inside the window at the end are touched as objects."""
+        import numpy as np
+
+        keep = (samples == samples) & (samples != 0)  # logged, and not zero
+        ts, samples = ts[keep], samples[keep]
+        if not len(ts):
+            return
+        tail = max(0, int(np.searchsorted(ts, ts[-1] - self.window, side="left")) - 1)
+        if tail and self.points:  # what falls out of the window: one point holding its samples
+            self.add(float(ts[tail - 1]), float(samples[:tail].sum()))
+        for t, n in zip(ts[tail:].tolist(), samples[tail:].tolist()):
+            self.add(t, n)
 
     def rate(self):
         if len(self.points) < 2:
@@ -84,17 +129,16 @@ class LiveMetrics:
     def add_points(self, rank, step, time, loss, samples):
         """Merge a batch from one rank (columns of equal length; NaN: not logged); returns
         (last step, last loss, samples/s)."""
-        meter, loss_series = self.meters[rank], self.loss[rank]
-        last_loss, t = None, 0.0
-        for s, t, l, n in zip(_list(step), _list(time), _list(loss), _list(samples)):
-            if l == l:  # not NaN
-                last_loss = l
-                loss_series.add(s, l)
-            if n == n and n:
-                meter.add(t, n)
-        rate = meter.rate()
-        if rate is not None:
-            self.rate[rank].add(t, rate)
+        import numpy as np
+
+        step, time, loss, samples = (np.asarray(c) for c in (step, time, loss, samples))
+        logged = loss == loss  # not NaN
+        last_loss = float(loss[logged][-1]) if logged.any() else None
+        self.loss[rank].add_many(step[logged].astype(float), loss[logged])
+        self.meters[rank].add_many(time, samples)
+        rate = self.meters[rank].rate()
+        if rate is not None and len(time):
+            self.rate[rank].add(float(time[-1]), rate)
             self.current[rank] = rate
         self.version += 1
         return (int(step[-1]) if len(step) else None), last_loss, rate

@@ -138,6 +138,11 @@ class Pool(abc.ABC):
         """Where the ranks meet, for %ddp_status."""
         return "file (private folder)"
 
+    def clock_offsets(self):
+        """({rank: its host's monotonic clock minus this machine's}, how well they are known in
+        seconds): every rank here shares this machine's clock."""
+        return {}, 0.0
+
     # ------------------------------------------------------------------ shared bookkeeping
     def place(self, eids, facts=()):
         """These engines, in this order, are the ranks."""

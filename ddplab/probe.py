@@ -11,8 +11,9 @@ for the mistakes learners make, and a post-mortem debugger driven from the noteb
 """
 import io
 import sys
-import threading
 import time
+
+from .recorder import COMM, inside, op_code, tensor_bytes
 
 COLLECTIVES = {
     "all_reduce", "broadcast", "all_gather", "all_gather_into_tensor", "all_gather_single", "reduce", "reduce_scatter",
@@ -36,8 +37,8 @@ WATCHED = ("all_reduce", "broadcast", "all_gather", "all_gather_into_tensor", "a
 
 
 def _count(probe, op, fn):
-    """Count a collective on its way in, in `probe` (a few microseconds; DDP's own all-reduces do
-    not come through here: its reducer calls gloo from C++)."""
+    """Count a collective on its way in, in `probe`, and time it in the rank's timeline (a few
+    microseconds; DDP's bucket all-reduces are timed by their comm hook, recorder.py)."""
     import functools
     import inspect
 
@@ -47,6 +48,8 @@ def _count(probe, op, fn):
     def collective(*args, **kwargs):
         inside, calls = probe.inside, probe.calls
         if getattr(inside, "op", None):  # called by another collective (a deprecated name, *_object): counted once
+            if inside.op == "ddp":  # a DDP comm hook's collective: its bytes go to the bucket's span
+                inside.bytes += tensor_bytes(args)
             return fn(*args, **kwargs)
         calls["count"] += 1
         frame, line = sys._getframe(1), None
@@ -57,10 +60,13 @@ def _count(probe, op, fn):
         arguments = dict(zip(names, args), **kwargs)
         calls["last"] = {"line": line, "op": op, **_describe_arguments(arguments)}
         inside.op = op
+        recorder, start = probe.recorder, time.monotonic()
         try:
             return fn(*args, **kwargs)
         finally:
             inside.op = None
+            if recorder is not None and recorder.enabled and not arguments.get("async_op"):
+                recorder.add(COMM, start, time.monotonic(), op_code(op), -1, tensor_bytes(args), calls["count"])
 
     collective.__wrapped__ = fn
     return collective
@@ -158,7 +164,8 @@ class Probe:
 
     def __init__(self):
         self.calls = {"count": 0, "last": None}  # how many collectives the cell entered, and the last one
-        self.inside = threading.local()  # .op: the collective this thread is in (those it calls are not counted)
+        self.inside = inside
+        self.recorder = None  # the rank's Recorder: explicit collectives are timed in its timeline
         self.entered = {}  # (the collective's frame, op, count) -> (time first seen, its description)
         self.hints = []  # (time, "hint", key): what the next batch carries to the notebook
         self.patched = False

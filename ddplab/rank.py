@@ -27,8 +27,10 @@ from bisect import bisect_left
 
 from . import wire
 from .probe import Probe
+from .recorder import Recorder, memory
 
 NAN = math.nan
+MEMORY_EVERY = 2.0  # seconds between the memory figures a rank sends in a long cell (a namespace scan: ~1 ms)
 WHERE_AFTER = 0.5  # seconds into a cell before the telemetry thread says where the rank is (engine side: not a
 # DDPLab setting, which lives in the notebook; half a second keeps quick cells silent)
 log_ddplab = logging.getLogger("ddplab")
@@ -94,7 +96,8 @@ class Sender:
 
     def __init__(self, rank):
         self.rank = rank
-        self.sent = self.events_sent = 0  # points and events already sent
+        self.sent = self.events_sent = self.spans_sent = 0  # points, events and spans already sent
+        self.memory_at = 0.0  # when the rank's memory was last sent (every MEMORY_EVERY seconds in a cell)
         self.flush_every = 0.25  # seconds between batches (DDPLab.flush, given when the group forms)
         self.generation = 0  # which forming of the group the rank is in (the notebook counts them)
         self.main_thread = threading.main_thread().ident  # the thread that runs cells
@@ -112,15 +115,18 @@ class Sender:
         rank, probe = self.rank, self.rank.probe
         with rank.lock:
             rank.events.extend((rank.cell, t, kind, value) for t, kind, value in probe.take_hints())
-            n, m = len(rank.columns), len(rank.events)
-            where = None
+            n, m, k = len(rank.columns), len(rank.events), len(rank.recorder.spans)
+            where = held = None
             if beat and rank.in_cell and time.perf_counter() - rank.cell_t0 >= WHERE_AFTER:
                 where = probe.where(self.main_thread)
-            if self._sock is None or (n == self.sent and m == self.events_sent and not final and not force
-                                      and where is None):
+            if self._sock is None or (n == self.sent and m == self.events_sent and k == self.spans_sent and not final
+                                      and not force and where is None):
                 return
+            if final or (beat and rank.in_cell and time.monotonic() - self.memory_at >= MEMORY_EVERY):
+                held, self.memory_at = memory(_user_ns()), time.monotonic()
             start, events = self.sent, [e[1:] for e in rank.events[self.events_sent:m] if e[0] == rank.cell]
-            self.sent, self.events_sent = n, m
+            spans = rank.recorder.spans.since(self.spans_sent, k) if k > self.spans_sent else None
+            self.sent, self.events_sent, self.spans_sent = n, m, k
             while True:  # points of an earlier cell go in their own batch
                 cell = rank.columns.cell[start] if start < n else rank.cell
                 stop = start
@@ -132,7 +138,7 @@ class Sender:
                 frames = wire.encode(self._key, rank.rank, cell, cols, final=final and last,
                                      events=events if last else (), extras=extras, where=where if last else None,
                                      calls=probe.cell_calls() if final and last else None, gen=self.generation,
-                                     seq=self._seq)
+                                     seq=self._seq, spans=spans if last else None, memory=held if last else None)
                 try:
                     self._sock.send_multipart(frames, zmq.NOBLOCK, copy=False)
                 except zmq.ZMQError:  # the notebook is not reading (gone, or slow): the live view skips
@@ -175,6 +181,8 @@ class Sender:
                 rank.cut(command.get("ports", ()))  # (for this forming only: a late cut must not break the next)
             elif command.get("cmd") == "knob" and isinstance(command.get("name"), str):
                 rank.knobs[command["name"]] = command.get("value")
+            elif command.get("cmd") == "timeline":
+                rank.recorder.enabled = bool(command.get("on"))
 
     def connect(self, address, key, generation, serverkey=None):
         """Connect the telemetry socket and hook cell start/end (once per engine). key: the pool's
@@ -225,6 +233,7 @@ class Rank:
         self.formed = False  # the process group of this process is ddplab's
         self.preloaded = frozenset()  # the modules the zygote had loaded when it forked this engine
         self.probe = Probe()
+        self.recorder = self.probe.recorder = Recorder(self)  # the timeline: spans on one clock
         self.fault, self._last_log = None, None  # a fault drill set by %ddp_fault: {"kind", "at_step", "factor"}
         self.lock = threading.Lock()  # the columns and events, between the cell's thread and the sender's
         self.sender = Sender(self)
@@ -315,6 +324,7 @@ class Rank:
     def begin_cell(self, *_):
         self.sender.flush()
         self.probe.new_cell()
+        self.recorder.new_cell()
         self.cell, self.cell_t0, self.step, self.in_cell = self.cell + 1, time.perf_counter(), -1, True
         self.events.append((self.cell, 0.0, "begin", None))  # the notebook knows the cell reached this rank
 
@@ -324,7 +334,8 @@ class Rank:
 
     # ------------------------------------------------------------------ the group
     def join(self, rank, world_size, rendezvous, timeout, threads, telemetry=None, flush=0.25, key=b"", ifname=None,
-             knobs=None, lang="en", generation=0, telemetry_serverkey=None, store_serverkey=None, compile_cache=None):
+             knobs=None, lang="en", generation=0, telemetry_serverkey=None, store_serverkey=None, compile_cache=None,
+             timeline=True):
         """Join the gloo process group and preload the names every cell can use.
 
         rendezvous is "file:///path" (a FileStore: opens no network port), "signed://host:port" (the
@@ -369,6 +380,8 @@ class Rank:
         init("gloo", store=store, rank=rank, world_size=world_size, timeout=wait)
         self.rank, self.world_size, self.formed = rank, world_size, True
         self.probe.patch(lambda: self.formed)
+        self.recorder.install()
+        self.recorder.enabled = timeline
         if telemetry:
             self.sender.connect(telemetry, key, generation, telemetry_serverkey)
 
@@ -474,6 +487,10 @@ class Rank:
                 ip = s.getsockname()[0]
             ifname = next((n for n, addrs in interfaces.items() if any(a.address == ip for a in addrs)), None)
         return {"host": socket.gethostname(), "pid": os.getpid(), "ip": ip, "ifname": ifname, "cores": cores()}
+
+    def clock(self):
+        """This host's monotonic clock (the notebook aligns hosts' clocks with it)."""
+        return time.monotonic()
 
     def serve_store(self, address, key, generation, curve_secretkey=None):
         """Rank 0: serve the signed rendezvous store of this forming on `address`; its port."""

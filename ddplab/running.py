@@ -14,6 +14,7 @@ from . import cell
 from .config import tunables
 from .errors import BadRequest, CellTimeout, CollectiveMismatch, RankFailed
 from .monitor import Hooks
+from .timeline import CellSpans
 from .words import ranks_text
 
 log = logging.getLogger("ddplab")
@@ -62,8 +63,10 @@ class Runner:
         lab.show("begin")
         tic = time.perf_counter()
         live.hints, live.calls, live.begun = {}, {}, set()
+        live.spans = live.timelines[rs.cell] = CellSpans(rs.cell, ranks, time.monotonic(), lab.group.clock_offsets)
         outcome, stopped_by = cell.execute(lab.view_on(ranks), code, ranks, live, lab.telemetry, self.hooks(),
                                            timeout, lab.config.lang)
+        live.spans.finish()
         result = cell.collect(outcome, rs, lab.info, time.perf_counter() - tic)
         with lab.lock:
             self.last_result = result

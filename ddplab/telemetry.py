@@ -31,6 +31,8 @@ class Live:
     cell_of: dict = field(default_factory=dict)  # (rank, the rank's own cell count) -> notebook cell
     hints: dict = field(default_factory=dict)  # what ranks did by mistake this cell: hint -> ranks
     begun: set = field(default_factory=set)  # ranks that said they began this cell (its request reached them)
+    spans: object = None  # timeline.CellSpans of the cell running (or the last one)
+    timelines: dict = field(default_factory=dict)  # notebook cell -> its CellSpans
     calls: dict = field(default_factory=dict)  # rank -> the collectives of its cell, once it finished
 
     @classmethod
@@ -198,7 +200,8 @@ def merge(live, batch, now):
     rank = batch.rank
     if rank >= rs.world_size or rank not in rs.running:
         return False  # a late batch of an earlier cell, or from a rank this cell did not run on
-    if not (len(batch) or batch.events or batch.final or batch.where is not None or batch.calls is not None):
+    if not (len(batch) or batch.events or batch.final or batch.where is not None or batch.calls is not None
+            or batch.spans is not None or batch.memory is not None):
         return False  # a rank saying where it is connected (rank._connect): of no cell
     live.cell_of[rank, batch.cell] = rs.cell  # ranks count their own cells; the history uses the notebook's
     if len(batch):
@@ -215,4 +218,9 @@ def merge(live, batch, now):
         rs.set_where(rank, None if batch.final else batch.where)
     if batch.calls is not None:
         live.calls[rank] = batch.calls  # what a rank that finished the cell had called
+    if live.spans is not None:
+        if batch.spans is not None:
+            live.spans.add(rank, batch.spans)
+        if batch.memory is not None:
+            live.spans.memory[rank] = batch.memory
     return batch.final

@@ -34,6 +34,9 @@ VERSION = 1
 MAX_POINTS = 1_000_000  # per batch: far more than 0.25 s of logging
 MAX_HEADER = 1 << 20
 COLUMNS = ("step", "time", "loss", "samples")
+SPAN_FIELDS = (("cell", "<i4"), ("step", "<i4"), ("phase", "i1"), ("op", "i1"), ("bucket", "<i4"), ("bytes", "<i8"),
+               ("start", "<f8"), ("end", "<f8"), ("seq", "<i4"))  # recorder.FIELDS, as numpy reads them
+MEMORY_FIELDS = ("rss", "params", "grads", "optimizer", "buckets")
 TYPECODES = {"step": "q", "time": "d", "loss": "d", "samples": "d"}
 LITTLE = sys.byteorder == "little"
 
@@ -47,18 +50,23 @@ def sign(key, frames):
     return mac.digest()
 
 
-def encode(key, rank, cell, columns, final=False, events=(), extras=None, where=None, calls=None, gen=0, seq=0):
+def encode(key, rank, cell, columns, final=False, events=(), extras=None, where=None, calls=None, gen=0, seq=0,
+           spans=None, memory=None):
     """The frames of one batch. columns: step, time, loss, samples as array.array (or any
-    buffer of n 8-byte values); extras: {name: (int32 indices, float64 values)}."""
+    buffer of n 8-byte values); extras: {name: (int32 indices, float64 values)}; spans: the timeline's
+    columns (SPAN_FIELDS, array.array each); memory: {rss, params, ...: bytes}."""
     extras = extras or {}
     n = len(columns["step"])
+    k = len(spans["seq"]) if spans else 0
     header = json.dumps({"v": VERSION, "rank": rank, "gen": gen, "seq": seq, "cell": cell, "n": n, "final": bool(final),
                          "events": [list(e) for e in events], "extras": list(extras), "where": where,
-                         "calls": calls}).encode()
+                         "calls": calls, "spans": k, "memory": memory}).encode()
     frames = [header, *(_little(columns[c]) for c in COLUMNS)]
     for name in extras:
         index, values = extras[name]
         frames += [_little(index), _little(values)]
+    if k:
+        frames += [_little(spans[name]) for name, _ in SPAN_FIELDS]
     return [sign(key, frames), *frames]
 
 
@@ -87,6 +95,8 @@ class Batch:
     calls: dict = None  # with the cell's last batch: {"calls": collectives it entered, "last": the last one}
     gen: int = 0  # the forming of the group it was sent in
     seq: int = 0  # its number among the rank's batches of that forming
+    spans: dict = None  # the timeline's columns since the last batch (SPAN_FIELDS), or None
+    memory: dict = None  # what the rank holds: rss, params, grads, optimizer, buckets (bytes), now and then
 
     def __len__(self):
         return len(self.step)
@@ -119,7 +129,10 @@ def _parse(frames):
         raise ValueError("bad header fields")
     if not (isinstance(names, list) and all(isinstance(x, str) for x in names) and isinstance(events, list)):
         raise ValueError("bad extras or events")
-    if len(frames) != 1 + len(COLUMNS) + 2 * len(names):
+    k = h.get("spans", 0)
+    if not _whole(k, MAX_POINTS + 1):
+        raise ValueError("bad spans count")
+    if len(frames) != 1 + len(COLUMNS) + 2 * len(names) + (len(SPAN_FIELDS) if k else 0):
         raise ValueError("wrong number of frames")
     cols = {}
     for c, frame in zip(COLUMNS, frames[1:]):
@@ -134,6 +147,16 @@ def _parse(frames):
         if len(index) != len(values) or (len(index) and not 0 <= index.min() <= index.max() < n):
             raise ValueError(f"extra {name!r}: bad indices")
         extras[name] = (index, values)
+    spans = None
+    if k:
+        spans = {name: np.frombuffer(frame, dtype=dtype) for (name, dtype), frame in
+                 zip(SPAN_FIELDS, frames[1 + len(COLUMNS) + 2 * len(names):])}
+        if any(len(column) != k for column in spans.values()):
+            raise ValueError("bad span columns")
+    memory = h.get("memory")
+    if memory is not None and not (isinstance(memory, dict) and set(memory) <= set(MEMORY_FIELDS)
+                                   and all(_whole(v, 2**62) for v in memory.values())):
+        raise ValueError("bad memory")
     where = _where(h.get("where"))
     calls = h.get("calls")
     if calls is not None:
@@ -147,7 +170,7 @@ def _parse(frames):
             raise ValueError("bad event")
         checked.append(tuple(e))
     return Batch(rank, cell, final, cols["step"], cols["time"], cols["loss"], cols["samples"], checked, extras, where,
-                 calls, gen, seq)
+                 calls, gen, seq, spans, memory)
 
 
 WHERE = {"line": int, "op": str, "group": str, "shape": list, "dtype": str, "since": (int, float), "calls": int}

@@ -238,4 +238,41 @@ ZH = {
         "输出",
     "dashboard|pool stopped":
         "进程池已停止",
+    # --- timeline
+    "the timeline is recorded in the cells that follow":
+        "之后的单元格会记录时间线",
+    "the timeline is not recorded in the cells that follow":
+        "之后的单元格不再记录时间线",
+    "wrote {n} spans of {ranks} ranks to {path} (Chrome's trace format: Perfetto opens it)":
+        "已把 {ranks} 个 rank 的 {n} 个时间段写入 {path}（Chrome 的 trace 格式：可以用 Perfetto 打开）",
+    "no spans recorded: the cell ran no training step (forward, backward, collectives)":
+        "没有记录到时间段：这个单元格没有运行训练步（前向、反向、集合通信）",
+    "rank {rank} is the slowest: the others wait {ms:.0f} ms per step for it":
+        "rank {rank} 最慢：其他 rank 每一步要等它 {ms:.0f} 毫秒",
+    "communication, not a rank, is the bottleneck: {ms:.0f} ms of each {step:.0f} ms step goes to collectives":
+        "瓶颈是通信，而不是某个 rank：每步 {step:.0f} 毫秒中有 {ms:.0f} 毫秒花在集合通信上",
+    "no rank holds the others back, and communication takes {share:.0f}% of a step":
+        "没有哪个 rank 拖慢其他 rank，通信占每一步的 {share:.0f}%",
+    "timeline of cell {cell}: {n} spans from {ranks} ranks":
+        "单元格 {cell} 的时间线：来自 {ranks} 个 rank 的 {n} 个时间段",
+    "per step (ms): rank  compute  comm  wait  data  step":
+        "每步（毫秒）：rank  计算  通信  等待  数据  整步",
+    "no spans yet: a training step (forward, backward, a collective) draws here":
+        "还没有时间段：训练步（前向、反向、集合通信）会画在这里",
+    "timeline|forward": "前向",
+    "timeline|backward": "反向",
+    "timeline|optimizer": "优化器",
+    "timeline|data": "数据",
+    "timeline|comm": "通信",
+    "timeline|wait": "等待",
+    "timeline|rank": "rank",
+    "timeline|compute": "计算",
+    "timeline|step": "整步",
+    "timeline|rss": "常驻内存",
+    "timeline|params": "参数",
+    "timeline|grads": "梯度",
+    "timeline|optimizer state": "优化器状态",
+    "timeline|buckets": "DDP 桶",
+    "milliseconds per step": "每步的毫秒数",
+    "memory per rank (MiB)": "每个 rank 的内存（MiB）",
 }

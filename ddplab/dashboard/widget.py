@@ -19,6 +19,7 @@ from .view import View
 OUTPUT_TAIL = 200  # lines of each rank's output kept in its tab
 MAX_LINES = 16  # ranks drawn in the plots; above that, this many spread evenly (0 and the last included)
 MAX_TABS = 16  # above that, one output pane and a rank selector instead of a tab per rank
+TIMELINE_TAIL = 64  # spans per rank the live swimlanes are drawn from: the last steps (a frame's work stays small)
 
 
 def plotted_ranks(world_size):
@@ -47,6 +48,9 @@ class Dashboard(View):
         self.rate_view = self._plot_widget(W, self.rate_plot, "ddplab-rate-plot")
         self.loss_title = W.HTML()
         self.rate_title = W.HTML()
+        self.timeline = W.HTML()  # the last steps' swimlanes and breakdown (swimlane.py)
+        self._timeline_drawn = None
+        self.timeline.add_class("ddplab-timeline-view")
         self.plotted = plotted_ranks(world_size)
         self.plotted_once = False  # a cell has drawn points: its picture stays until the next one's
         if world_size <= MAX_TABS:
@@ -66,7 +70,7 @@ class Dashboard(View):
         plots = W.HBox([W.VBox([self.loss_title, self.loss_view]), W.VBox([self.rate_title, self.rate_view])],
                        layout=wrap)
         self.box = W.VBox([W.HTML(html.STYLE), self.header, W.HBox([self.diagram, self.table], layout=wrap), plots,
-                           outputs])
+                           self.timeline, outputs])
         self.box.add_class("ddplab-dashboard")
         self.positions = None
         self.in_cell = False
@@ -117,6 +121,7 @@ class Dashboard(View):
         self._set(self.diagram, svg)
         self._set(self.table, html.rank_table(rs, now, self.lang))
         self._plots(rs, metrics)
+        self._timeline(live)
         shown = range(self.world_size) if self.tabs is not None else [self.pick.value]
         for pane, r in zip(self.panes, shown):
             text = "\n".join(rs.ranks[r].output.splitlines()[-OUTPUT_TAIL:])
@@ -180,6 +185,17 @@ class Dashboard(View):
             if svg is not None:
                 view.value = svg
 
+    def _timeline(self, live):
+        """The swimlanes of the last steps and their breakdown, from the tail of the cell's spans (drawn
+        once a cell has spans; the last cell's stays until then)."""
+        from ..swimlane import live as live_view
+
+        spans = getattr(live, "spans", None)
+        if spans is None or not len(spans.rows) or (spans, len(spans.rows)) == self._timeline_drawn:
+            return
+        self._timeline_drawn = (spans, len(spans.rows))  # (drawn again only when spans came)
+        self._set(self.timeline, live_view(spans.timeline(self.lang, tail=TIMELINE_TAIL * len(spans.ranks))))
+
     @staticmethod
     def _plot_widget(W, plot, css_class):
         """A plot is one SVG in an HTML widget, empty axes until the first points."""
@@ -195,4 +211,5 @@ class Dashboard(View):
         diagram, _ = html.diagram_svg(self._last_state, self.lang)  # without the sliding animation
         return (f'<div class="ddplab-dashboard ddplab-snapshot">{html.STYLE}<div>{self.header.value}</div>'
                 f'<div style="display:flex;flex-wrap:wrap;gap:12px;align-items:flex-start">{diagram}{self.table.value}</div>'
-                f'<div>{plot(self.loss_view, self.loss_title)}{plot(self.rate_view, self.rate_title)}</div></div>')
+                f'<div>{plot(self.loss_view, self.loss_title)}{plot(self.rate_view, self.rate_title)}</div>'
+                f'{self.timeline.value}</div>')

@@ -278,7 +278,184 @@ print(say("One big batch needs the memory for all 64 samples' activations at onc
 # Your numbers will differ, and on a shared machine they differ from run to run, so the checks above
 # are on the call counts only. The slower an all-reduce is next to the compute (e.g. between
 # machines), the more no_sync saves.
+
+# %% [markdown] lang=zh
+# 你的数字会不一样；在共享的机器上，每次运行的结果也不相同，所以上面的检查只针对调用次数。all-reduce 相对计算越慢（例如在多台机器之间），no_sync 省下的就越多。
+
+# %% [markdown]
+# ## On the timeline: where the all-reduces go
 #
+# ddplab records a **timeline** of every `%%ddp` cell: on every rank, when each forward, backward and
+# optimizer step ran, and each collective (DDP's bucket all-reduces included), all on one clock.
+# `%ddp_timeline` returns the timeline of the last `%%ddp` cell. The next cell trains 6 optimizer
+# steps the no_sync way, with DDP's default buckets. Displayed, the timeline draws each rank's last
+# steps as a swimlane: forward, backward and optimizer on its upper row, the all-reduces on its lower
+# row, each where it really ran, the part spent waiting for the last rank to arrive shaded red. Below
+# the lanes: what the ranks wait for, and each rank's milliseconds per step.
+
+# %% [markdown] lang=zh
+# ## 在时间线上看：all-reduce 发生在哪里
+#
+# ddplab 为每个 `%%ddp` 单元格记录一条**时间线**：在每个 rank 上，每次前向计算、反向传播和优化器更新是什么时候进行的，每次集合通信（包括 DDP 对各个桶的 all-reduce）又是什么时候进行的，全都用同一个时钟。`%ddp_timeline` 返回最近一个 `%%ddp` 单元格的时间线。下一个单元格用 no_sync 的做法训练 6 次优化器更新，使用 DDP 默认的桶。显示出来的时间线把每个 rank 的最后几步画成一条泳道：上面一行是前向、反向和优化器，下面一行是 all-reduce，每一段都画在它实际运行的位置，其中等待最后一个 rank 到达的部分用红色标出。泳道下面是各 rank 在等待什么，以及每个 rank 每一步的毫秒数。
+
+# %%
+%%ddp
+model, opt, _ = fresh("no_sync")                            # default buckets
+for step in range(6):
+    train_step(model, opt, step, "no_sync")
+
+# %%
+tl = %ddp_timeline
+tl
+
+# %% [markdown]
+# Each step has four backward bars, one per micro-batch (each micro-batch also has two short forward
+# bars: the model, and the loss function, which is a module too), and two all-reduces, one per
+# bucket. Both lie under the **last** backward: the three `backward()` calls inside `no_sync()` send
+# nothing. And they start *inside* it: bucket 0 (the last two layers, whose gradients are ready
+# first) goes out while backward still computes the first layer's gradient; bucket 1 follows once
+# that is done, and `backward()` returns when both have completed. That is DDP's **overlap**:
+# communication that runs while the gradients are still being computed. (No rank is slower by design
+# here: if the verdict names one, it is the rank that other programs on this machine held up during
+# these few steps.)
+#
+# The next cell checks this on every rank, step by step, from the spans themselves. `tl.records()`
+# gives one dict per span: its `rank`, `step` (counted by `ddplab.log`: one per optimizer step
+# here), `phase` (forward, backward, optimizer, data or comm), `start` and `end` (seconds since the
+# cell started), and for an all-reduce its `bucket`, `bytes` and `wait` (the part spent waiting for
+# the last rank to arrive). `tl.breakdown()` sums up each rank's steps: `hidden` is the all-reduce
+# time that ran under backward's computing, `comm` the rest of it, apart from `wait`.
+
+# %% [markdown] lang=zh
+# 每一步有四个反向传播条，每个微批次一个（每个微批次还有两个很短的前向条：一个是模型，一个是损失函数，它也是一个模块），还有两次 all-reduce，每个桶一次。两次 all-reduce 都位于**最后一次**反向传播之下：`no_sync()` 里面的三次 `backward()` 什么也不发送。而且它们在这次反向传播*之中*就开始了：桶 0（最后两层，它们的梯度最先算好）在反向传播还在计算第一层的梯度时就发了出去；第一层算完，桶 1 随即发出，两者都完成之后 `backward()` 才返回。这就是 DDP 的**重叠**：梯度还在计算的时候，通信就已经在进行了。（这里没有哪个 rank 被故意放慢：如果结论点了某个 rank 的名，那只是在这几步里被本机其他程序拖慢的 rank。）
+#
+# 下一个单元格直接根据这些时间段，在每个 rank 上逐步检查这一点。`tl.records()` 为每个时间段给出一个字典：它的 `rank`、`step`（由 `ddplab.log` 计数，这里每次优化器更新算一步）、`phase`（forward、backward、optimizer、data 或 comm）、`start` 和 `end`（从单元格开始算起的秒数），all-reduce 还有 `bucket`、`bytes` 和 `wait`（等待最后一个 rank 到达的那一部分）。`tl.breakdown()` 汇总每个 rank 的各步：`hidden` 是在反向传播计算期间进行的 all-reduce 时间，`comm` 是其余的通信时间，`wait` 单独计算。
+
+# %%
+spans = list(tl.records())
+
+def find(spans, rank, step, phase):
+    """One rank's spans of one phase in one step, in the order they started."""
+    return sorted((s for s in spans if (s["rank"], s["step"], s["phase"]) == (rank, step, phase)), key=lambda s: s["start"])
+
+def buckets(spans, rank, step):
+    """{bucket index: bytes} of one rank's bucket all-reduces in one step."""
+    return dict(sorted((s["bucket"], s["bytes"]) for s in find(spans, rank, step, "comm") if s["bucket"] is not None))
+
+parts = tl.breakdown()
+for r in range(4):
+    assert buckets(spans, r, 0) == {0: 4 * 669_706}                 # step 0: one bucket of all the gradients
+    for s in range(1, 6):
+        backward, comm = find(spans, r, s, "backward"), find(spans, r, s, "comm")
+        assert len(backward) == 4                                   # one backward per micro-batch (K = 4)
+        assert buckets(spans, r, s) == {0: 1_071_144, 1: 1_607_680}  # 267,786 and 401,920 float32 gradients
+        assert all(backward[-1]["start"] < c["start"] < backward[-1]["end"] for c in comm)  # none before the last
+    assert parts[r]["hidden"] > 0                                   # all-reduce under backward's computing
+
+last = find(spans, 0, 5, "backward")[-1]
+b0, b1 = sorted((c for c in find(spans, 0, 5, "comm") if c["bucket"] is not None), key=lambda c: c["bucket"])
+into, before, after = (1e3 * (b0["start"] - last["start"]), 1e3 * (b1["start"] - b0["start"]),
+                       1e3 * (last["end"] - b1["start"]))
+print(say(f"rank 0, step 5: bucket 0 ({b0['bytes'] / 1e6:.2f} MB) went out {into:.1f} ms into the last backward, "
+          f"{before:.1f} ms before bucket 1 ({b1['bytes'] / 1e6:.2f} MB) was ready; backward returned {after:.1f} ms "
+          "later, once both all-reduces had completed",
+          f"rank 0，第 5 步：桶 0（{b0['bytes'] / 1e6:.2f} MB）在最后一次反向传播开始 {into:.1f} 毫秒后发出，比桶 1"
+          f"（{b1['bytes'] / 1e6:.2f} MB）就绪早 {before:.1f} 毫秒；又过了 {after:.1f} 毫秒，两次 all-reduce 都完成后，"
+          "反向传播才返回"))
+for r, b in parts.items():
+    print(say(f"rank {r}, per step: all-reduce {1e3 * b['hidden']:.1f} ms under backward's computing (hidden), "
+              f"{1e3 * b['comm']:.1f} ms after it, {1e3 * b['wait']:.1f} ms waiting for the last rank",
+              f"rank {r}，每步：all-reduce 有 {1e3 * b['hidden']:.1f} 毫秒与反向传播的计算重叠（hidden），"
+              f"{1e3 * b['comm']:.1f} 毫秒在计算之后，{1e3 * b['wait']:.1f} 毫秒在等待最后一个 rank"))
+
+# %% [markdown]
+# ## What `bucket_cap_mb` changes
+#
+# Buckets are DDP's unit of communication, and `bucket_cap_mb` sets their size: DDP fills a bucket
+# with whole gradients in the order they become ready, and closes it once it holds at least that many
+# megabytes (by default the first bucket closes at 1 MB, so that communication starts early, and
+# the others at 25 MB). A smaller cap makes more, smaller buckets: the first one goes out sooner,
+# and every one pays the fixed cost of an all-reduce (lesson 11 measures it). Here are the same 6
+# steps with `bucket_cap_mb=0.01` (10 kB), and the buckets of each step read from the two timelines.
+
+# %% [markdown] lang=zh
+# ## `bucket_cap_mb` 改变了什么
+#
+# 桶是 DDP 通信的单位，`bucket_cap_mb` 决定桶的大小：DDP 按梯度就绪的顺序把完整的梯度装进桶里，装到至少这么多兆字节时就封口（默认情况下，第一个桶装到 1 MB 就封口，好让通信尽早开始，其余的桶装到 25 MB）。上限越小，桶就越多、越小：第一个桶发出得更早，而每个桶都要付一次 all-reduce 的固定开销（第 11 课会测量它）。下面用 `bucket_cap_mb=0.01`（10 kB）把同样的 6 步再训练一遍，然后从两条时间线上读出每一步的桶。
+
+# %%
+%%ddp
+model = DDP(mlp(784, 512, 10, seed=0), bucket_cap_mb=0.01)     # close each bucket at 10 kB
+opt = torch.optim.SGD(model.parameters(), lr=0.05)
+for step in range(6):
+    train_step(model, opt, step, "no_sync")
+
+# %%
+import statistics
+
+small = %ddp_timeline
+small_spans = list(small.records())
+default_buckets, small_buckets = buckets(spans, 0, 5), buckets(small_spans, 0, 5)
+assert all(buckets(small_spans, r, s) == small_buckets for r in range(4) for s in range(1, 6))  # every rank, every step
+assert small_buckets == {0: 20_520, 1: 1_050_624, 2: 1_607_680}     # the last layer alone, then a weight matrix and bias each
+assert sum(small_buckets.values()) == sum(default_buckets.values()) == 4 * 669_706   # every gradient, once a step
+for r in range(4):
+    for s in range(1, 6):
+        last = find(small_spans, r, s, "backward")[-1]
+        assert all(last["start"] < c["start"] < last["end"] for c in find(small_spans, r, s, "comm"))  # no_sync still sends nothing
+
+def first_out(spans):
+    """How long after the start of the last backward the first all-reduce went out (ms; median of ranks and steps 1-5)."""
+    return statistics.median(1e3 * (find(spans, r, s, "comm")[0]["start"] - find(spans, r, s, "backward")[-1]["start"])
+                             for r in range(4) for s in range(1, 6))
+
+def mb(sizes):
+    return say(", ", "、").join(f"{b / 1e6:.2f}" for b in sizes.values())
+
+hidden = [statistics.mean(1e3 * p["hidden"] for p in t.breakdown().values()) for t in (tl, small)]
+print(say(f"default buckets: {len(default_buckets)} per step ({mb(default_buckets)} MB); bucket_cap_mb=0.01: "
+          f"{len(small_buckets)} per step ({mb(small_buckets)} MB); {sum(small_buckets.values()) / 1e6:.2f} MB "
+          "all-reduced per step either way",
+          f"默认的桶：每步 {len(default_buckets)} 个（{mb(default_buckets)} MB）；bucket_cap_mb=0.01：每步 "
+          f"{len(small_buckets)} 个（{mb(small_buckets)} MB）；两种情况下每步都 all-reduce "
+          f"{sum(small_buckets.values()) / 1e6:.2f} MB"))
+print(say(f"the first all-reduce went out {first_out(spans):.1f} ms into the last backward with the default buckets, "
+          f"{first_out(small_spans):.1f} ms with 10 kB buckets (medians); all-reduce time hidden under backward's "
+          f"computing: {hidden[0]:.1f} and {hidden[1]:.1f} ms per step (mean of the ranks)",
+          f"第一次 all-reduce 在最后一次反向传播开始后多久发出：默认的桶 {first_out(spans):.1f} 毫秒，10 kB 的桶 "
+          f"{first_out(small_spans):.1f} 毫秒（中位数）；与反向传播计算重叠的 all-reduce 时间：每步分别为 "
+          f"{hidden[0]:.1f} 和 {hidden[1]:.1f} 毫秒（各 rank 的平均）"))
+if first_out(small_spans) < first_out(spans):
+    print(say("The 10 kB cap's first bucket, the last layer alone, was ready before the 512×512 matrix's gradient, "
+              "so it went out sooner.",
+              "10 kB 上限下的第一个桶只装最后一层，在 512×512 矩阵的梯度算好之前就已就绪，所以发出得更早。"))
+else:
+    print(say("This time the 10 kB cap's first bucket, the last layer alone, did not go out sooner, although it was ready "
+              "before the 512×512 matrix's gradient: these are fractions of a millisecond, and other programs on this "
+              "machine took the cores. Run the two training cells again.",
+              "这一次 10 kB 上限下的第一个桶（只装最后一层）并没有更早发出，尽管它在 512×512 矩阵的梯度算好之前就已"
+              "就绪：这里差的只是零点几毫秒，而本机上的其他程序占用了 CPU 核。请再运行一次这两个训练单元格。"))
+bucket = say("bucket", "桶")
+draw.bars(None, panels=[
+    dict(values={f"{bucket} {i}": b / 1e6 for i, b in default_buckets.items()}, ylabel="MB",
+         title=say("Default buckets, one step", "默认的桶（一步）")),
+    dict(values={f"{bucket} {i}": b / 1e6 for i, b in small_buckets.items()}, ylabel="MB",
+         title=say("bucket_cap_mb=0.01, one step", "bucket_cap_mb=0.01（一步）")),
+], fmt="{:.2f}")
+
+# %% [markdown]
+# Whatever the cap, a step all-reduces every gradient once, 2.68 MB: the cap only cuts it into a
+# different number of pieces, and never splits a gradient between two: the first layer (its
+# 784×512 matrix and its bias, 1.6 MB) is the last bucket with either cap. And whatever the cap, the
+# micro-batches inside `no_sync()` have no all-reduce at all. On this machine the same cores compute
+# and communicate, so the overlap gains little; where communication has hardware of its own (GPUs
+# and a network), the overlap is how DDP hides much of the all-reduce behind backward, and the first
+# bucket is kept small so that it starts early.
+
+# %% [markdown] lang=zh
+# 无论上限是多少，每一步都把每个梯度 all-reduce 一次，共 2.68 MB：上限只决定把它切成几块。一个梯度永远不会被拆到两个桶里：无论哪种上限，第一层（它 784×512 的矩阵和偏置，1.6 MB）都是最后一个桶。同样，无论上限是多少，`no_sync()` 里面的微批次都完全没有 all-reduce。在这台机器上，计算和通信用的是同样的几个 CPU 核，所以重叠带来的好处不大；当通信有自己的硬件（GPU 和网络）时，DDP 正是靠这种重叠把大部分 all-reduce 藏在反向传播后面，而第一个桶设得很小，也是为了让通信尽早开始。
+
+# %% [markdown]
 # ## Exercises
 #
 # 1. Forget to divide the loss by `K`. Which of the three ways still agree with each other, and which
@@ -287,6 +464,8 @@ print(say("One big batch needs the memory for all 64 samples' activations at onc
 #    `param_spread(model)` (from `ddplab.lessons.ranks`) say after the step, and why?
 # 3. Try `K = 8` micro-batches of 8 samples. Predict the number of all-reduce calls each way, then
 #    measure. How does the time of "sync every micro-batch" change?
+# 4. Train the 6 steps of the timeline with `bucket_cap_mb=25`. How many buckets does the timeline
+#    show, when does the all-reduce start, and what is `hidden` in `tl.breakdown()`? Why?
 #
 # ## 练习
 #
@@ -294,11 +473,9 @@ print(say("One big batch needs the memory for all 64 samples' activations at onc
 # 2. 把**最后一个**微批次也放进 `no_sync()`（4 个全部）。更新之后计数器和 `param_spread(model)`（来自
 #    `ddplab.lessons.ranks`）显示什么？为什么？
 # 3. 试试 `K = 8` 个 8 样本的微批次。先预测每种方式的 all-reduce 次数，再测量。“每个微批次都同步”的耗时如何变化？
+# 4. 用 `bucket_cap_mb=25` 训练时间线那一节的 6 步。时间线上有几个桶？all-reduce 什么时候开始？`tl.breakdown()` 中的 `hidden` 是多少？为什么？
 
 # %% [markdown] lang=zh
-# 你的数字会不一样；在共享的机器上，每次运行的结果也不相同，所以上面的检查只针对调用次数。
-# all-reduce 相对计算越慢（例如在多台机器之间），no_sync 省下的就越多。
-#
 # ## 练习
 #
 # 1. 忘记把损失除以 `K`。三种做法中哪些仍然彼此一致？用什么学习率能让两种累积做法重新与大批次一致？
@@ -306,6 +483,7 @@ print(say("One big batch needs the memory for all 64 samples' activations at onc
 #    （来自 `ddplab.lessons.ranks`）显示什么？为什么？
 # 3. 试试 `K = 8` 个 8 样本的微批次。先预测每种做法的 all-reduce 次数，再测量。“每个微批次都同步”的
 #    耗时如何变化？
+# 4. 用 `bucket_cap_mb=25` 训练时间线那一节的 6 步。时间线上有几个桶？all-reduce 什么时候开始？`tl.breakdown()` 中的 `hidden` 是多少？为什么？
 
 # %%
 %ddp_stop

@@ -331,8 +331,87 @@ def train_steps(steps, sizes):
         ddplab.log(loss=loss, samples=len(xb))
     return steps / (time.perf_counter() - tic)
 
+# %% [markdown]
+# First, 30 steps the plain way: 64 samples each, with rank 2 four times as slow. ddplab records a
+# **timeline** of every `%%ddp` cell (lesson 4 reads DDP's buckets on it): on every rank, each
+# forward, backward and optimizer step and each all-reduce, on one clock, with the part of each
+# all-reduce spent waiting for the last rank to arrive. `%ddp_timeline` returns it for the last
+# `%%ddp` cell. Its `verdict()` names the rank the others wait for, and `breakdown()` gives each
+# rank's seconds per step: `compute`, `comm`, `wait` and the whole `step`.
+
+# %% [markdown] lang=zh
+# 先按普通的做法训练 30 步：每个 rank 64 个样本，rank 2 慢 4 倍。ddplab 为每个 `%%ddp` 单元格记录一条**时间线**（第 4 课用它观察了 DDP 的桶）：在每个 rank 上，每次前向计算、反向传播、优化器更新和每次 all-reduce 都用同一个时钟记录下来，每次 all-reduce 中等待最后一个 rank 到达的那一部分也单独记下。`%ddp_timeline` 返回最近一个 `%%ddp` 单元格的时间线。它的 `verdict()` 指出其他 rank 在等哪个 rank，`breakdown()` 给出每个 rank 每一步的秒数：`compute`（计算）、`comm`（通信）、`wait`（等待）和整步的 `step`。
+
+# %%
+%%ddp
 even = train_steps(30, [GLOBAL // world_size] * world_size)   # 64 each: rank 2 holds everyone back
+
+# %%
+tl_even = %ddp_timeline
+waits = {r: part["wait"] for r, part in tl_even.breakdown().items()}   # seconds per step
+extra = 64 * 0.00025 * 3                                 # rank 2's extra work per step: 48 ms
+print(tl_even.verdict())
+for r in (0, 1, 3):
+    print(say(f"rank {r} waits {1e3 * waits[r]:4.1f} ms per step in the all-reduce ({waits[r] / extra:.0%} of rank 2's "
+              f"extra {1e3 * extra:.0f} ms of work)",
+              f"rank {r} 每步在 all-reduce 中等待 {1e3 * waits[r]:4.1f} 毫秒（rank 2 多出的 {1e3 * extra:.0f} 毫秒工作量的 "
+              f"{waits[r] / extra:.0%}）"))
+print(say(f"rank 2 waits {1e3 * waits[2]:.1f} ms per step: it arrives last; ranks 0, 1 and 3 together wait "
+          f"{1e3 * (waits[0] + waits[1] + waits[3]):.0f} ms in every step",
+          f"rank 2 每步等待 {1e3 * waits[2]:.1f} 毫秒：它最后到达；rank 0、1、3 合计每一步等待 "
+          f"{1e3 * (waits[0] + waits[1] + waits[3]):.0f} 毫秒"))
+blame = tl_even.blame()
+assert max(blame, key=blame.get) == 2 and "rank 2" in tl_even.verdict(), tl_even.verdict()   # the straggler named
+assert all(waits[r] > 0.5 * extra for r in (0, 1, 3)), waits   # the others wait out most of rank 2's extra work
+assert waits[2] < 0.25 * extra, waits                          # rank 2 itself hardly waits
+tl_even
+
+# %% [markdown]
+# Little of each step is computing. The simulated work is a `time.sleep` between the forward pass
+# and `backward()`, not a PyTorch operation, so it has no bar of its own (and the breakdown's
+# `compute` leaves it out): it is the blank before each backward, four times as long on rank 2.
+# Ranks 0, 1 and 3 then reach the all-reduce first and wait there, in red, until rank 2 arrives.
+# Their backward bars are long only because `backward()` returns when the all-reduce has completed
+# (the breakdown counts backward as compute only until its gradients are ready). That waiting is
+# what the straggler costs them in every step: about all of its 48 ms of extra work. Rank 2 arrives
+# last and waits for no one.
+#
+# Now the same 30 steps with the global batch split by speed. On the timeline, the red should all but
+# disappear.
+
+# %% [markdown] lang=zh
+# 每一步中只有很少的时间在计算。模拟的工作量是前向传播和 `backward()` 之间的一次 `time.sleep`，不是 PyTorch 运算，所以它没有自己的条（breakdown 的 `compute` 也不包括它）：它就是每次反向传播之前的那段空白，在 rank 2 上长四倍。接着 rank 0、1、3 先到达 all-reduce，在那里（红色部分）一直等到 rank 2 到达。它们的反向传播条之所以很长，只是因为 `backward()` 要等 all-reduce 完成才返回（breakdown 只把反向传播中梯度就绪之前的部分算作计算）。这段等待就是慢节点让它们在每一步付出的代价，差不多等于 rank 2 多出的全部 48 毫秒工作量。rank 2 最后到达，不用等任何 rank。
+#
+# 现在用按速度拆分的全局批次把同样的 30 步再训练一遍。在时间线上，红色应该几乎消失。
+
+# %%
+%%ddp
 balanced = train_steps(30, sizes)
+
+# %%
+tl_balanced = %ddp_timeline
+after = {r: part["wait"] for r, part in tl_balanced.breakdown().items()}
+print(tl_balanced.verdict())
+for r in range(4):
+    print(say(f"rank {r}: waits {1e3 * waits[r]:4.1f} ms per step with 64 samples each, {1e3 * after[r]:4.1f} ms with "
+              "the batch split by speed",
+              f"rank {r}：每个 rank 64 个样本时，每步等待 {1e3 * waits[r]:4.1f} 毫秒；按速度拆分批次后 {1e3 * after[r]:4.1f} 毫秒"))
+others_before, others_after = (sum(w[r] for r in (0, 1, 3)) for w in (waits, after))
+print(say(f"ranks 0, 1 and 3 together: {1e3 * others_before:.0f} ms of waiting per step before, {1e3 * others_after:.0f} ms "
+          f"after ({others_after / others_before:.0%})",
+          f"rank 0、1、3 合计：之前每步等待 {1e3 * others_before:.0f} 毫秒，之后 {1e3 * others_after:.0f} 毫秒"
+          f"（{others_after / others_before:.0%}）"))
+assert others_after < 0.5 * others_before, (waits, after)    # the waiting fell to under half
+tl_balanced
+
+# %% [markdown]
+# Every rank now reaches the all-reduce at about the same moment, so there is little left to wait
+# for: the time ranks 0, 1 and 3 spent waiting now goes into samples. What is left is noise, the
+# ranks sharing this machine's cores, and the rounding of the shares. The shares themselves, and the
+# throughput of the two runs:
+
+# %% [markdown] lang=zh
+# 现在每个 rank 到达 all-reduce 的时刻都差不多，所以几乎没有什么可等的了：rank 0、1、3 原来花在等待上的时间，现在用来处理样本。剩下的那一点等待来自噪声（各 rank 共享本机的 CPU 核）以及份额的取整。下面是各 rank 分到的份额，以及两次运行的吞吐量：
 
 # %%
 speeds = %ddp_gather speeds

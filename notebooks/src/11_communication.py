@@ -703,6 +703,102 @@ draw.lines(None, panels=[
 ])
 
 # %% [markdown]
+# ### The same job on the timeline
+#
+# The background cell has a timeline too (lesson 4 introduces it): every bucket's all-reduce, on
+# every rank, at every step, with the part spent waiting for the last rank to arrive. Its steps are
+# the steps `ddplab.log` counted, so the history's `compressed` column says which of them sent bf16.
+# Displayed, it draws the last steps (bf16 ones) as swimlanes: forward, backward and optimizer on each
+# rank's upper row; under them the small broadcast that opens each step and the two buckets'
+# all-reduces, the waiting shaded red. (No rank is slower by design here: if the verdict names one,
+# it is the rank that other programs on this machine held up most.)
+
+# %% [markdown] lang=zh
+# ### 在时间线上看同一个训练
+#
+# 后台单元格也有自己的时间线（第 4 课介绍过）：每一步、每个 rank 上每个桶的 all-reduce，以及其中等待最后一个 rank 到达的那一部分。时间线上的步就是 `ddplab.log` 计数的步，所以历史记录中的 `compressed` 列说明了其中哪些步发送的是 bf16。显示出来的时间线把最后几步（都是 bf16 的步）画成泳道：每个 rank 上面一行是前向、反向和优化器，下面一行是每步开头那次很小的广播和两个桶的 all-reduce，等待的部分用红色标出。（这里没有哪个 rank 被故意放慢：如果结论点了某个 rank 的名，那只是被本机其他程序拖慢得最多的 rank。）
+
+# %%
+tl = %ddp_timeline
+tl
+
+# %% [markdown]
+# Two things to read from the spans. **The bytes.** A span's `bytes` is what its all-reduce put on
+# the wire: the whole float32 bucket, or, where the hook cast it to bf16, exactly half of it. They
+# agree with what `hook` counted itself, step by step. **The time.** A span runs from the moment
+# its bucket was ready to the moment its all-reduce completed, casts to bf16 and back included.
+# Less its `wait`, it is the all-reduce itself, once every rank had arrived: the part that the
+# number of bytes can change. The waiting depends on when the ranks arrive, not on what they send.
+
+# %% [markdown] lang=zh
+# 从这些时间段中可以读出两样东西。**字节数。** 时间段的 `bytes` 是它的 all-reduce 实际发送的字节数：要么是整个 float32 桶，要么（钩子把它转换成 bf16 时）恰好是它的一半。它们与 `hook` 自己逐步统计的字节数一致。**时间。** 一个时间段从它的桶就绪的那一刻开始，到它的 all-reduce 完成为止，其中包括与 bf16 之间的来回转换。减去它的 `wait`，就是所有 rank 都到达之后 all-reduce 本身所用的时间：字节数能影响的正是这一部分。等待则取决于各 rank 何时到达，与它们发送什么无关。
+
+# %%
+import statistics
+
+mode = dict(zip(steps.astype(int).tolist(), on.tolist()))    # step -> sent bf16?
+spans = {}                                                  # (rank, step) -> {bucket index: its all-reduce span}
+for s in tl.records():
+    if s["phase"] == "comm" and s["bucket"] is not None:
+        spans.setdefault((s["rank"], s["step"]), {})[s["bucket"]] = s
+for r in range(4):
+    counted = dict(zip(per_rank[r].array("step").astype(int).tolist(), per_rank[r].array("bytes").tolist()))
+    for step in sorted(mode)[1:]:                           # step 0: one bucket, before DDP rebuilt them
+        found = spans[(r, step)]
+        half = 2 if mode[step] else 1                       # bf16 sends half of each float32 bucket
+        assert {b: s["bytes"] for b, s in found.items()} == {0: 1_071_144 // half, 1: 1_607_680 // half}
+        assert counted[step] * half == 4 * 669_706          # the hook counted the same: all of it, or exactly half
+        assert sum(s["bytes"] for s in found.values()) == counted[step]
+
+def median_ms(bucket, compressed, part):
+    """The median over ranks and steps (from step 1) of part(span) for one bucket, in ms."""
+    return 1e3 * statistics.median(part(found[bucket]) for (r, step), found in spans.items()
+                                   if step >= 1 and mode.get(step) == compressed)
+
+alone = {(b, c): median_ms(b, c, lambda s: s["end"] - s["start"] - s["wait"]) for b in (0, 1) for c in (False, True)}
+waited = {(b, c): median_ms(b, c, lambda s: s["wait"]) for b in (0, 1) for c in (False, True)}
+for b, size in ((0, 1_071_144), (1, 1_607_680)):
+    print(say(f"bucket {b} ({size / 1e6:.2f} MB of float32 gradients): the all-reduce once every rank had arrived "
+              f"{alone[b, False]:.1f} ms sending float32, {alone[b, True]:.1f} ms sending bf16 ({size / 2e6:.2f} MB); "
+              f"waiting for the last rank {waited[b, False]:.1f} and {waited[b, True]:.1f} ms (medians)",
+              f"桶 {b}（{size / 1e6:.2f} MB 的 float32 梯度）：所有 rank 到达之后的 all-reduce，发送 float32 时 "
+              f"{alone[b, False]:.1f} 毫秒，发送 bf16（{size / 2e6:.2f} MB）时 {alone[b, True]:.1f} 毫秒；等待最后一个 "
+              f"rank 分别为 {waited[b, False]:.1f} 和 {waited[b, True]:.1f} 毫秒（中位数）"))
+ratio = (alone[0, True] + alone[1, True]) / (alone[0, False] + alone[1, False])
+if ratio < 0.9:
+    print(say(f"With half the bytes the all-reduces took {ratio:.2f}x the time: on this machine the bytes not moved "
+              "saved more than the casts to bf16 and back cost.",
+              f"字节减半后，all-reduce 的耗时变为原来的 {ratio:.2f} 倍：在这台机器上，少搬运的字节省下的时间，超过了与 "
+              "bf16 之间来回转换的开销。"))
+elif ratio <= 1.1:
+    print(say(f"With half the bytes the all-reduces took about as long ({ratio:.2f}x the time): the casts to bf16 and back "
+              "cost about what the halved bytes saved on loopback.",
+              f"字节减半后，all-reduce 的耗时差不多（为原来的 {ratio:.2f} 倍）：在回环接口上，与 bf16 之间来回转换的"
+              "开销，大约抵消了字节减半省下的时间。"))
+else:
+    print(say(f"With half the bytes the all-reduces took longer ({ratio:.2f}x the time): the casts to bf16 and back cost "
+              "more than the halved bytes saved on loopback, or other programs took the cores.",
+              f"字节减半后，all-reduce 反而更慢了（耗时为原来的 {ratio:.2f} 倍）：在回环接口上，与 bf16 之间来回转换"
+              "的开销超过了字节减半省下的时间，或者是其他程序占用了 CPU 核。"))
+label = {False: "float32", True: "bf16"}
+draw.bars(None, panels=[
+    dict(values={f"{say('bucket', '桶')} {b}\n{label[c]}": alone[b, c] for b in (0, 1) for c in (False, True)},
+         ylabel=say("milliseconds (median)", "毫秒（中位数）"),
+         title=say("All-reduce, once every rank had arrived", "所有 rank 到达之后的 all-reduce")),
+    dict(values={f"{say('bucket', '桶')} {b}\n{label[c]}": waited[b, c] for b in (0, 1) for c in (False, True)},
+         ylabel=say("milliseconds (median)", "毫秒（中位数）"), title=say("Waiting for the last rank", "等待最后一个 rank")),
+], fmt="{:.1f}")
+
+# %% [markdown]
+# Compression shrinks only the part of communication that moves bytes. Between machines, where
+# bytes are slow and the casts are cheap next to them, that is most of it; on loopback it may be
+# little. Neither the fixed cost α of each all-reduce nor the waiting for a slower rank (lesson 9)
+# gets any smaller.
+
+# %% [markdown] lang=zh
+# 压缩只能缩短通信中搬运字节的那一部分。在机器之间，字节传得慢，数据类型转换相比之下很便宜，这一部分占了通信的大头；在回环接口上，它可能只占一小部分。而每次 all-reduce 的固定开销 α，以及等待较慢 rank 的时间（第 9 课），都丝毫不会减少。
+
+# %% [markdown]
 # ## Exercises
 #
 # 1. Time `dist.broadcast(x, src=0)` and `dist.all_gather_into_tensor` for the same sizes. Which

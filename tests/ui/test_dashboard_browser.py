@@ -111,7 +111,7 @@ def test_dashboard_renders_and_updates_live_in_jupyterlab(jupyterlab, browser):
     ARTIFACTS.mkdir(exist_ok=True)
     page = run_all(browser, url, token, "00_quickstart.ipynb", height=1000)
 
-    frames, states_seen, training_frames, live_shot = set(), [], set(), False
+    frames, states_seen, training_frames, live_shot, lanes = set(), [], set(), False, set()
     deadline = time.monotonic() + 180
     last_states = None
     while time.monotonic() < deadline:
@@ -121,6 +121,9 @@ def test_dashboard_renders_and_updates_live_in_jupyterlab(jupyterlab, browser):
             if states != last_states:
                 states_seen.append(tuple(states))
                 last_states = states
+            lane = page.evaluate(SWIMLANE)
+            if lane and "training" in states:
+                lanes.add(lane)
             if src:
                 frames.add(src)
                 if "training" in states:
@@ -142,6 +145,9 @@ def test_dashboard_renders_and_updates_live_in_jupyterlab(jupyterlab, browser):
     assert any("training" in s for s in states_seen)
     assert states_seen[-2] == ("done",) * 4 and states_seen[-1] == ("stopped",) * 4
     assert len(training_frames) >= 3, f"loss plot frames while training: {len(training_frames)}"
+    # the timeline's swimlanes were drawn while the ranks trained, and changed as the steps went by
+    assert len(lanes) >= 2 and all(lane["backward"] > 0 and set(lane["ranks"]) == {0, 1, 2, 3}
+                                   for lane in map(json.loads, lanes)), lanes
 
     # the training cell keeps a static picture of its end: one row per rank, every rank at done
     snap = page.locator(".ddplab-snapshot").first
@@ -154,6 +160,13 @@ def test_dashboard_renders_and_updates_live_in_jupyterlab(jupyterlab, browser):
     live.scroll_into_view_if_needed()
     page.screenshot(path=str(ARTIFACTS / "jupyterlab.png"))
 
+
+SWIMLANE = """() => { const s = document.querySelector('.ddplab-dashboard .ddplab-timeline-view svg.ddplab-swimlane');
+  if (!s) return null;
+  return JSON.stringify({backward: s.querySelectorAll('rect.span-backward').length,
+    comm: s.querySelectorAll('rect.span-comm').length, ranks: Array.from(s.querySelectorAll('text'))
+      .map(t => t.textContent).filter(t => t.startsWith('rank ')).map(t => +t.slice(5)),
+    x: Array.from(s.querySelectorAll('rect.span-backward')).map(r => r.getAttribute('x')).join(',')}); }"""
 
 FITS = """() => Array.from(document.querySelectorAll('.ddplab-dashboard .ddplab-table')).map(t => {
   const area = t.closest('.jp-OutputArea-output').getBoundingClientRect();
@@ -188,7 +201,7 @@ def test_chinese_labels_render_with_a_cjk_font(jupyterlab, browser):
         " return t.length === 2; }", timeout=180_000)
     live = page.locator(".ddplab-dashboard").first
     text = live.inner_text()
-    for word in ("状态", "步数", "损失", "样本/秒"):
+    for word in ("状态", "步数", "损失", "样本/秒", "前向", "反向", "等待"):
         assert word in text
     svg = live.locator("svg.ddplab-diagram").inner_html()
     for word in ("初始化", "训练中", "完成", "失败", "丢失"):

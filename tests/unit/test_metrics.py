@@ -124,3 +124,30 @@ def test_history_to_pandas_when_pandas_is_there():
     frame = History.from_ranks({0: cols(1, range(3), lr=0.5)}).to_pandas()
     assert list(frame.columns) == ["rank", "cell", "step", "time", "loss", "samples", "lr"] and len(frame) == 3
     assert isinstance(frame, pd.DataFrame)
+
+
+def test_a_batch_of_points_draws_as_the_points_one_by_one_would():
+    """add_many (a batch as arrays: no Python object per point) keeps exactly the points add() keeps."""
+    import numpy as np
+
+    from ddplab.metrics import RateMeter, Series
+
+    rng = np.random.default_rng(0)
+    for sizes in ([1000], [3, 397, 1, 2000, 50], [7] * 300):
+        one, many = Series(cap=100), Series(cap=100)
+        meter_one, meter_many = RateMeter(), RateMeter()
+        x0 = 0
+        for n in sizes:
+            xs = np.arange(x0, x0 + n, dtype=float)
+            ys = rng.random(n)
+            ys[rng.random(n) < 0.05] = np.inf  # a diverged loss is not drawn
+            samples = np.where(rng.random(n) < 0.1, np.nan, 64.0)
+            for x, y, s in zip(xs.tolist(), ys.tolist(), samples.tolist()):
+                one.add(x, y)
+                if s == s and s:
+                    meter_one.add(x / 100, s)
+            many.add_many(xs, ys)
+            meter_many.add_many(xs / 100, samples)
+            x0 += n
+        assert (one.x, one.y, one.stride, one.generation) == (many.x, many.y, many.stride, many.generation)
+        assert meter_one.rate() == meter_many.rate()

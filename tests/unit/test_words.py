@@ -40,7 +40,7 @@ def _literals(node):
 def said_texts():
     """Every literal text ddplab says: the first string argument of each say(...) / .say(...) /
     _tell(...) call, and the tables of texts (diagnosis, hints, the script header, the dashboard)."""
-    from ddplab import diagnose, export
+    from ddplab import diagnose, export, swimlane
     from ddplab.dashboard import html
 
     found = set()
@@ -55,6 +55,7 @@ def said_texts():
                     found.update(next((t for t in texts if t), ()))
     found |= set(diagnose.TEXTS.values()) | set(diagnose.HINTS.values()) | set(export.WORDS.values())
     found |= {"dashboard|" + text for text in html.LABELS.values()}
+    found |= set(swimlane.TEXTS)
     return found
 
 

@@ -1,0 +1,285 @@
+"""A rank's timeline (engine side): spans of forward, backward, optimizer, data and comm on one clock,
+recorded with no change to the learner's code, and the rank's memory.
+
+    forward    the outermost nn.Module call (torch's global module hooks; nested modules are inside it)
+    backward   torch.autograd.backward (loss.backward() calls it): DDP's bucket all-reduces run inside it
+    optimizer  Optimizer.step (torch's global optimizer hooks)
+    data       the next batch of a DataLoader (_BaseDataLoaderIter.__next__)
+    comm       every collective: each DDP bucket's all-reduce, from its comm hook (the learner's own hook
+               wrapped, still run and timed) to the moment its future completes, with the bucket's index
+               and bytes; and every dist.* collective the cell calls (probe.py counts them)
+
+A step is the stretch between two ddplab.log calls, or between optimizer steps when the cell does not
+log. Times are time.monotonic() (one clock for every process of a machine; the notebook aligns other
+hosts). Spans are appended to columns (about 50 bytes each) and go to the notebook with the rank's
+telemetry batches (wire.py); nothing is sent per span. Recording costs a few microseconds per span.
+"""
+import threading
+import time
+import warnings
+from array import array
+
+PHASES = ("forward", "backward", "optimizer", "data", "comm")
+FORWARD, BACKWARD, OPTIMIZER, DATA, COMM = range(len(PHASES))
+OPS = ("", "all_reduce", "broadcast", "all_gather", "reduce_scatter", "reduce", "gather", "scatter", "barrier",
+       "all_to_all", "send", "recv", "other")
+inside = threading.local()  # .op: the collective this thread is in (the collectives it calls are not the cell's)
+FIELDS = (("cell", "i"), ("step", "i"), ("phase", "b"), ("op", "b"), ("bucket", "i"), ("bytes", "q"),
+          ("start", "d"), ("end", "d"), ("seq", "i"))
+
+
+def op_code(name):
+    """The code of a collective's name (all_gather_into_tensor, all_gather_single -> all_gather)."""
+    for i, op in enumerate(OPS[1:-1], 1):
+        if name == op or name.startswith(op + "_"):
+            return i
+    return len(OPS) - 1
+
+
+def tensor_bytes(args):
+    """Bytes of the tensor(s) a collective was called with (its first tensor argument, or list)."""
+    for value in args:
+        if hasattr(value, "element_size"):
+            return value.numel() * value.element_size()
+        if isinstance(value, (list, tuple)) and value and hasattr(value[0], "element_size"):
+            return sum(t.numel() * t.element_size() for t in value if hasattr(t, "element_size"))
+    return 0
+
+
+class Spans:
+    """Columns of spans (array.array: 8 bytes a float, 4 an int)."""
+
+    def __init__(self):
+        for name, code in FIELDS:
+            setattr(self, name, array(code))
+
+    def __len__(self):
+        return len(self.seq)  # appended last: a span counts once all its columns have it
+
+    def since(self, start, stop):
+        return {name: getattr(self, name)[start:stop] for name, _ in FIELDS}
+
+
+class Recorder:
+    """One rank's spans (see the module docstring). rank: the Rank (its cell, its logged step)."""
+
+    def __init__(self, rank):
+        self.rank = rank
+        self.enabled = True  # %ddp_timeline --off / --on (a command from the notebook)
+        self.spans = Spans()
+        self.lock = threading.Lock()  # comm spans end on gloo's threads
+        self.installed = False
+        self.opt_steps = 0  # optimizer steps in this cell
+        self.collectives = 0  # explicit collectives this cell (their order matches the other ranks')
+        self._depth = 0  # nesting of module calls in the main thread
+        self._forward_start = 0.0
+        self._main = threading.main_thread().ident
+
+    def new_cell(self):
+        self.opt_steps = self.collectives = self._depth = 0
+
+    def step(self):
+        """The step a span belongs to: counted by ddplab.log if the cell logs, else by optimizer steps."""
+        logged = self.rank.step
+        return logged + 1 if logged >= 0 else self.opt_steps
+
+    def add(self, phase, start, end, op=0, bucket=-1, nbytes=0, seq=-1, step=None):
+        s = self.spans
+        with self.lock:
+            s.cell.append(self.rank.cell)
+            s.step.append(self.step() if step is None else step)
+            s.phase.append(phase)
+            s.op.append(op)
+            s.bucket.append(bucket)
+            s.bytes.append(nbytes)
+            s.start.append(start)
+            s.end.append(end)
+            s.seq.append(seq)  # last: now the span counts
+
+    # ------------------------------------------------------------------ torch's hooks (installed once)
+    def install(self):
+        """Hook torch: global module and optimizer hooks, autograd.backward, DataLoader iterators, and
+        DistributedDataParallel's comm hook (once per process)."""
+        if self.installed:
+            return
+        self.installed = True
+        import torch
+        import torch.nn.modules.module as modules
+        import torch.optim.optimizer as optimizers
+        from torch.utils.data import dataloader
+
+        recorder, clock = self, time.monotonic
+        # Inside code torch.compile traces, every hook returns at once: dynamo folds the test to a
+        # constant, so the compiled graph has no trace of them and no graph break (the compiled
+        # module's own call, which runs eagerly, still times the forward).
+        compiling = torch.compiler.is_compiling
+
+        def pre_forward(module, args):
+            if compiling():
+                return
+            if recorder.enabled and threading.get_ident() == recorder._main:
+                if recorder._depth == 0:
+                    recorder._forward_start = clock()
+                recorder._depth += 1
+
+        def post_forward(module, args, output):
+            if compiling():
+                return
+            if recorder._depth and threading.get_ident() == recorder._main:
+                recorder._depth -= 1
+                if recorder._depth == 0:
+                    recorder.add(FORWARD, recorder._forward_start, clock())
+
+        # torch.compile warns at every compiled module's call that global hooks fire once more for
+        # it: ours count nesting, so that is harmless, and the warning is not the user's to act on.
+        warnings.filterwarnings("ignore", r"Using `torch\.compile\(module\)` when there are global hooks", UserWarning)
+        modules.register_module_forward_pre_hook(pre_forward)
+        modules.register_module_forward_hook(post_forward, always_call=True)
+
+        backward = torch.autograd.backward
+
+        def timed_backward(*args, **kwargs):
+            if not recorder.enabled:
+                return backward(*args, **kwargs)
+            start = clock()
+            try:
+                return backward(*args, **kwargs)
+            finally:
+                recorder.add(BACKWARD, start, clock())
+
+        timed_backward.__wrapped__ = backward
+        torch.autograd.backward = timed_backward
+
+        started = {}
+
+        def pre_step(optimizer, args, kwargs):
+            if not compiling():
+                started[id(optimizer)] = clock()
+
+        def post_step(optimizer, args, kwargs):
+            if compiling():
+                return
+            start, step = started.pop(id(optimizer), None), recorder.step()  # (the step it ends)
+            recorder.opt_steps += 1
+            if start is not None and recorder.enabled:
+                recorder.add(OPTIMIZER, start, clock(), step=step)
+
+        optimizers.register_optimizer_step_pre_hook(pre_step)
+        optimizers.register_optimizer_step_post_hook(post_step)
+
+        next_batch = dataloader._BaseDataLoaderIter.__next__
+
+        def timed_next(iterator):
+            if not recorder.enabled:
+                return next_batch(iterator)
+            start = clock()
+            try:
+                return next_batch(iterator)
+            finally:
+                recorder.add(DATA, start, clock())
+
+        dataloader._BaseDataLoaderIter.__next__ = timed_next
+        self._hook_ddp()
+
+    def _hook_ddp(self):
+        """Every DDP model gets one comm hook of ours, registered at its first forward (or when the
+        learner registers one): it runs the learner's hook (or DDP's own averaging all-reduce) and
+        times each bucket from the moment it is ready to the moment its all-reduce completes."""
+        from torch.nn.parallel import DistributedDataParallel as DDP
+
+        recorder, clock = self, time.monotonic
+        register, forward = DDP.register_comm_hook, DDP.forward
+        all_reduce = OPS.index("all_reduce")
+
+        def averaged(group, bucket):
+            """DDP's own averaging all-reduce, with its one callback timing the bucket: the process
+            group is called directly (torch's Python layer around it costs more than the hook)."""
+            buffer = bucket.buffer()
+            start = clock()
+            buffer.div_(group.size())
+            future = group.allreduce([buffer]).get_future()
+            if not recorder.enabled:
+                return future.then(lambda fut: fut.value()[0])
+            step, index, nbytes = recorder.step(), bucket.index(), buffer.numel() * buffer.element_size()
+
+            def done(fut):
+                recorder.add(COMM, start, clock(), all_reduce, index, nbytes, step)
+                return fut.value()[0]
+
+            return future.then(done)
+
+        def timed_hook(ddp):
+            def hook(state, bucket):
+                user_state, user_hook = ddp._ddplab_hook
+                if user_hook is averaged or not recorder.enabled:
+                    return user_hook(user_state, bucket)
+                start, step, index = clock(), recorder.step(), bucket.index()
+                buffer = bucket.buffer()
+                inside.op, inside.bytes = "ddp", 0  # the collectives a hook calls are DDP's, not the cell's
+                try:
+                    future = user_hook(user_state, bucket)
+                finally:
+                    inside.op = None
+                # the bytes its collectives sent (a compression hook sends fewer than the bucket holds)
+                nbytes = inside.bytes or buffer.numel() * buffer.element_size()
+
+                def done(fut):
+                    recorder.add(COMM, start, clock(), all_reduce, index, nbytes, step)
+                    return fut.value()
+
+                return future.then(done)
+
+            return hook
+
+        def register_comm_hook(ddp, state, hook):
+            first = not hasattr(ddp, "_ddplab_hook")
+            ddp._ddplab_hook = (state, hook)
+            if first:
+                register(ddp, None, timed_hook(ddp))
+            # (a hook registered after ours: it replaces the one our wrapper runs)
+
+        def first_forward(ddp, *args, **kwargs):
+            if not hasattr(ddp, "_ddplab_hook"):
+                import torch.distributed as dist
+
+                ddp._ddplab_hook = (ddp.process_group or dist.group.WORLD, averaged)
+                register(ddp, None, timed_hook(ddp))
+            return forward(ddp, *args, **kwargs)
+
+        register_comm_hook.__wrapped__, first_forward.__wrapped__ = register, forward
+        DDP.register_comm_hook, DDP.forward = register_comm_hook, first_forward
+
+
+def memory(namespace):
+    """What this rank holds: resident memory, and bytes of parameters, gradients, optimizer state and DDP
+    buckets of the objects in `namespace` (each tensor counted once), exact from the objects themselves."""
+    import psutil
+    import torch
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    seen, found = set(), {"rss": psutil.Process().memory_info().rss, "params": 0, "grads": 0, "optimizer": 0,
+                          "buckets": 0}
+
+    def count(kind, tensor):
+        if isinstance(tensor, torch.Tensor) and id(tensor) not in seen:
+            seen.add(id(tensor))
+            found[kind] += tensor.numel() * tensor.element_size()
+
+    values = list(namespace.values())
+    for value in values:
+        if isinstance(value, DDP):
+            try:
+                sizes = str(value._get_ddp_logging_data().get("bucket_sizes", ""))  # "1022040,26214400": bytes
+                found["buckets"] += sum(int(s) for s in sizes.split(",") if s.strip().isdigit())
+            except (RuntimeError, AttributeError):  # not built yet
+                pass
+        if isinstance(value, torch.nn.Module):
+            for p in value.parameters():
+                count("params", p)
+                count("grads", p.grad)
+    for value in values:
+        if isinstance(value, torch.optim.Optimizer):
+            for state in value.state.values():
+                for tensor in state.values():
+                    count("optimizer", tensor)
+    return found

@@ -1,0 +1,338 @@
+"""The timeline in the notebook: every rank's spans of a cell (recorder.py, engine side) on one clock,
+with the waiting computed across ranks, kept lean, and said in words.
+
+    spans     one structured row per span (SPAN: 26 bytes): rank, step, phase, op, bucket, bytes, start,
+              end (seconds since the cell started, float32), wait (seconds of it spent waiting for the
+              last rank to arrive at that collective)
+    wait      a collective is one row per rank with the same key (DDP: step and bucket; a dist.* call: its
+              number in the cell); once every rank of the cell has reported it, each rank's wait is the
+              time from its own arrival to the last rank's (within its span)
+    memory    per rank: rss, params, grads, optimizer, buckets (bytes)
+
+Pure data (numpy): no torch, IPython or widget imports. Rows are kept in fixed chunks whose untouched
+pages cost nothing, so a span costs its 26 bytes in the notebook, not a Python object.
+"""
+import functools
+import json
+
+import numpy as np
+
+from .swimlane import BACKWARD, COMM, DATA, FORWARD, OPTIMIZER, PHASES, picture
+from .words import say
+
+OPS = ("", "all_reduce", "broadcast", "all_gather", "reduce_scatter", "reduce", "gather", "scatter", "barrier",
+       "all_to_all", "send", "recv", "other")
+SPAN = np.dtype([("rank", "<u2"), ("step", "<u4"), ("phase", "u1"), ("op", "u1"), ("bucket", "<i2"),
+                 ("bytes", "<u4"), ("start", "<f4"), ("end", "<f4"), ("wait", "<f4")])
+CHUNK = 1 << 16  # rows per chunk (1.7 MB, allocated untouched)
+MEMORY = ("rss", "params", "grads", "optimizer", "buckets")
+PARTS = ("compute", "comm", "wait", "data", "hidden", "step")
+
+
+def _union_lengths(group, start, end, groups):
+    """Per group (ids 0..groups-1), the length of the union of its [start, end] intervals: one sort and a
+    running maximum, each group's times shifted into a band of its own so the maximum never leaks across."""
+    if not len(group):
+        return np.zeros(groups)
+    order = np.lexsort((start, group))
+    g, s, e = group[order], start[order], end[order]
+    band = float(e.max() - s.min()) + 1.0
+    shift = g * band
+    reach = np.maximum.accumulate(e + shift)  # the furthest end so far (of this group: earlier ones sit lower)
+    before = np.concatenate(([-np.inf], reach[:-1])) - shift
+    return np.bincount(g, np.clip(e - np.maximum(s, before), 0.0, None), groups)
+
+
+def _parts(rows):
+    """Where each rank's step went (see Timeline.steps), for every (rank, step) of the rows at once:
+    (rank array, step array, {part: array})."""
+    key = rows["rank"].astype(np.int64) << 32 | rows["step"].astype(np.int64)
+    keys, group = np.unique(key, return_inverse=True)
+    n = len(keys)
+    phase, step_of = rows["phase"], group
+    start, end = rows["start"].astype(float), rows["end"].astype(float)
+    base = np.full(n, np.inf)
+    np.minimum.at(base, group, start)  # each (rank, step) on its own clock: small numbers, exact bands
+    start, end = start - base[group], end - base[group]
+    last = np.zeros(n)
+    np.maximum.at(last, group, end)
+
+    def total(mask, values):
+        return np.bincount(step_of[mask], values[mask], n)
+
+    comm = phase == COMM
+    compute = total((phase == FORWARD) | (phase == OPTIMIZER), end - start)
+    # backward's compute: until the last bucket of its gradients was ready (a bucket starts inside it)
+    back = np.flatnonzero(phase == BACKWARD)
+    back = back[np.lexsort((start[back], group[back]))]
+    busy_end = end[back].copy()
+    buckets = np.flatnonzero(comm & (rows["bucket"] >= 0))
+    if len(back) and len(buckets):
+        band = float(last.max()) + 1.0
+        at = np.searchsorted(group[back] * band + start[back], group[buckets] * band + start[buckets], "right") - 1
+        inside = (at >= 0) & (group[back][np.maximum(at, 0)] == group[buckets]) & (start[buckets] <= end[back][at])
+        ready = np.full(len(back), -np.inf)
+        np.maximum.at(ready, at[inside], start[buckets][inside])
+        busy_end = np.where(ready > -np.inf, ready, busy_end)
+    busy = np.bincount(group[back], busy_end - start[back], n)
+    compute += busy
+    waiting = comm & (rows["wait"] > 0)
+    wait = _union_lengths(group[waiting], start[waiting], start[waiting] + rows["wait"][waiting], n)
+    comm_time = _union_lengths(group[comm], start[comm], end[comm], n)
+    # hidden: collectives under backward's compute (backward spans of a rank follow one another)
+    both = np.concatenate([group[comm], group[back]])
+    union = _union_lengths(both, np.concatenate([start[comm], start[back]]),
+                           np.concatenate([end[comm], busy_end]), n)
+    hidden = np.maximum(0.0, comm_time + busy - union)
+    data = phase == DATA
+    parts = {"compute": compute, "comm": np.maximum(0.0, comm_time - hidden - wait), "wait": wait,
+             "data": _union_lengths(group[data], start[data], end[data], n), "hidden": hidden, "step": last}
+    return keys >> 32, keys & 0xFFFFFFFF, parts
+
+
+class Rows:
+    """A growing table of SPAN rows in fixed chunks (no copy as it grows)."""
+
+    def __init__(self):
+        self.chunks, self.n = [], 0
+
+    def __len__(self):
+        return self.n
+
+    def extend(self, rows):
+        done = 0
+        while done < len(rows):
+            if self.n % CHUNK == 0 and self.n // CHUNK == len(self.chunks):
+                self.chunks.append(np.empty(CHUNK, SPAN))
+            chunk, at = self.chunks[self.n // CHUNK], self.n % CHUNK
+            take = min(CHUNK - at, len(rows) - done)
+            chunk[at:at + take] = rows[done:done + take]
+            self.n += take
+            done += take
+
+    def index(self, i):
+        return self.chunks[i // CHUNK], i % CHUNK
+
+    def array(self, start=0):
+        """Rows start.. as one array (a copy)."""
+        if start >= self.n:
+            return np.empty(0, SPAN)
+        parts = []
+        for c, chunk in enumerate(self.chunks):
+            lo, hi = max(start, c * CHUNK), min(self.n, (c + 1) * CHUNK)
+            if lo < hi:
+                parts.append(chunk[lo - c * CHUNK:hi - c * CHUNK])
+        return np.concatenate(parts)
+
+
+class CellSpans:
+    """One cell's spans as they arrive: converted to the cell's clock, waits filled in."""
+
+    def __init__(self, cell, ranks, started, offsets=None):
+        self.cell, self.ranks, self.started = cell, list(ranks), started  # started: monotonic, the notebook's
+        self.offsets = offsets or {}  # rank -> its host's clock minus the notebook's (seconds)
+        self.rows = Rows()
+        self.pending = {}  # collective key -> [row index, ...] until every rank has reported it
+        self.memory = {}  # rank -> {rss, params, ...}
+        self.lost = 0  # spans known sent but not received (a batch the notebook did not get)
+
+    def add(self, rank, columns):
+        """Spans from one rank (recorder.FIELDS columns as arrays; times on the rank's clock)."""
+        n = len(columns["seq"])
+        if not n:
+            return
+        rows = np.empty(n, SPAN)
+        shift = self.started + self.offsets.get(rank, 0.0)
+        rows["rank"], rows["step"] = rank, np.maximum(columns["step"], 0)
+        rows["phase"], rows["op"], rows["bucket"] = columns["phase"], columns["op"], columns["bucket"]
+        rows["bytes"] = np.minimum(columns["bytes"], 2**32 - 1)
+        rows["start"], rows["end"] = columns["start"] - shift, columns["end"] - shift
+        rows["wait"] = 0.0
+        first = len(self.rows)
+        self.rows.extend(rows)
+        comm = np.flatnonzero(rows["phase"] == COMM)
+        for i in comm:
+            key = (int(rows["op"][i]), int(rows["bucket"][i]), int(columns["seq"][i]))
+            self.pending.setdefault(key, []).append(first + int(i))
+            if len(self.pending[key]) >= len(self.ranks):
+                self._settle(self.pending.pop(key))
+
+    def _settle(self, indices):
+        """The waits of one collective: each rank waited from its arrival until the last rank's."""
+        spots = [self.rows.index(i) for i in indices]
+        last = max(chunk[at]["start"] for chunk, at in spots)
+        for chunk, at in spots:
+            row = chunk[at]
+            chunk[at]["wait"] = max(0.0, min(last, row["end"]) - row["start"])
+
+    def finish(self):
+        """The cell ended: collectives some ranks never reported (a subgroup, a failed rank) settle with
+        the ranks that did."""
+        for indices in self.pending.values():
+            if len(indices) > 1:
+                self._settle(indices)
+        self.pending = {}
+
+    def timeline(self, lang="en", tail=None):
+        """A Timeline of the cell's spans (or of its last `tail` spans: what a live view draws)."""
+        start = max(0, len(self.rows) - tail) if tail else 0
+        return Timeline(self.cell, self.rows.array(start), self.ranks, dict(self.memory), lang)
+
+
+class Timeline:
+    """The spans of one cell, every rank on one clock (seconds since the cell started).
+
+        tl.to_pandas()        one row per span: rank, step, phase, start, end, op, bucket, bytes, wait
+        tl.summary()          one row per rank: steps, and per step: compute, comm, wait, data, hidden, step (s)
+        tl.memory             one row per rank: rank, rss, params, grads, optimizer, buckets (bytes)
+        tl.save("trace.json") Chrome's trace event format (one process per rank): Perfetto opens it
+        tl.verdict()          who or what the others wait for, in words
+
+    Displayed in a notebook it draws the swimlanes of the last steps and the breakdown; printed, it
+    says the breakdown."""
+
+    def __init__(self, cell, rows, ranks, memory=None, lang="en"):
+        self.cell, self.rows, self.ranks, self.lang = cell, rows, list(ranks), lang
+        self._memory = memory or {}
+
+    def __len__(self):
+        return len(self.rows)
+
+    # ------------------------------------------------------------------ tables
+    def records(self):
+        for row in self.rows:
+            yield {"rank": int(row["rank"]), "step": int(row["step"]), "phase": PHASES[row["phase"]],
+                   "start": float(row["start"]), "end": float(row["end"]), "op": OPS[row["op"]] or None,
+                   "bucket": int(row["bucket"]) if row["bucket"] >= 0 else None,
+                   "bytes": int(row["bytes"]) if row["phase"] == COMM else None, "wait": float(row["wait"])}
+
+    def to_pandas(self):
+        import pandas as pd
+
+        columns = ["rank", "step", "phase", "start", "end", "op", "bucket", "bytes", "wait"]
+        return pd.DataFrame(list(self.records()), columns=columns)
+
+    @functools.cached_property
+    def _steps(self):
+        return _parts(self.rows)
+
+    def steps(self):
+        """Per rank and step, where the time went (seconds): compute (forward, optimizer, and backward until
+        its last gradient bucket was ready), comm (collectives not hidden under that compute, nor
+        waiting), wait (for the last rank to arrive), data, hidden (collectives that ran under backward's
+        compute: DDP's overlap), and the step's length. {rank: {step: {...}}}."""
+        ranks, steps, parts = self._steps
+        out = {}
+        for i, (r, step) in enumerate(zip(ranks.tolist(), steps.tolist())):
+            out.setdefault(r, {})[step] = {k: float(v[i]) for k, v in parts.items()}
+        return out
+
+    def breakdown(self, last=None):
+        """{rank: {"steps", "compute", "comm", "wait", "data", "hidden", "step"}}: seconds per step, averaged
+        over the rank's steps (or its `last` steps)."""
+        ranks, _, parts = self._steps  # (sorted by rank, then step)
+        out = {}
+        for r in self.ranks:
+            mine = np.flatnonzero(ranks == r)
+            chosen = mine[-last:] if last else mine
+            out[r] = {"steps": len(mine), **{k: float(parts[k][chosen].mean()) if len(chosen) else 0.0 for k in PARTS}}
+        return out
+
+    def summary(self):
+        import pandas as pd
+
+        rows = [{"rank": r, **b} for r, b in self.breakdown().items()]
+        return pd.DataFrame(rows, columns=["rank", "steps", *PARTS])
+
+    @property
+    def memory(self):
+        import pandas as pd
+
+        rows = [{"rank": r, **{k: self._memory.get(r, {}).get(k) for k in MEMORY}} for r in self.ranks]
+        return pd.DataFrame(rows, columns=["rank", *MEMORY])
+
+    # ------------------------------------------------------------------ who waits for whom
+    def blame(self):
+        """{rank: seconds per step each other rank spent waiting for it, on average}: in each step, the
+        waits of the others are charged to the rank that arrived last at that step's collectives most often."""
+        comm = self.rows[self.rows["phase"] == COMM]
+        blamed = {r: 0.0 for r in self.ranks}
+        if not len(comm) or not self.ranks:
+            return blamed
+        # one collective: (op, bucket, step); its last arrival is its row that started last
+        key = np.unique(np.stack([comm["op"], comm["bucket"], comm["step"]], axis=1).astype(np.int64),
+                        axis=0, return_inverse=True)[1].ravel()
+        order = np.lexsort((comm["start"], key))
+        ends = np.flatnonzero(np.diff(np.append(key[order], -1)))  # each collective's last row
+        sizes = np.diff(np.append(-1, ends))
+        latest = comm[order[ends[sizes > 1]]]
+        if not len(latest):
+            return blamed
+        index = {r: i for i, r in enumerate(self.ranks)}
+        steps, at = np.unique(latest["step"], return_inverse=True)
+        last_arrivals = np.zeros((len(steps), len(self.ranks)))
+        np.add.at(last_arrivals, (at.ravel(), [index[int(r)] for r in latest["rank"]]), 1)
+        culprit = last_arrivals.argmax(axis=1)  # (ties: the lowest rank)
+        waits = np.zeros((len(steps), len(self.ranks)))  # each rank's wait at those steps
+        ranks, rank_steps, parts = self._steps
+        row = np.searchsorted(steps, rank_steps)
+        found = (row < len(steps)) & (steps[np.minimum(row, len(steps) - 1)] == rank_steps)
+        columns = np.array([index.get(int(r), -1) for r in ranks], dtype=np.int64)
+        found &= columns >= 0
+        waits[row[found], columns[found]] = parts["wait"][found]
+        others = waits.sum(axis=1) - waits[np.arange(len(steps)), culprit]
+        total = np.bincount(culprit, others, len(self.ranks))
+        n, peers = len(steps), max(1, len(self.ranks) - 1)
+        return {r: float(total[i]) / n / peers for r, i in index.items()}
+
+    def verdict(self):
+        """The slowest rank named ("rank 2 is the slowest: the others wait 31 ms per step for it"), or
+        communication named when no rank holds the others back, in the pool's language."""
+        if not len(self.rows):
+            return say(self.lang, "no spans recorded: the cell ran no training step (forward, backward, collectives)")
+        blame, parts = self.blame(), self.breakdown()
+        slowest = max(blame, key=blame.get)
+        step = max(p["step"] for p in parts.values()) or 1e-9
+        if blame[slowest] > 0.2 * step:  # (noise makes some rank last everywhere: a fifth of a step is not noise)
+            return say(self.lang, "rank {rank} is the slowest: the others wait {ms:.0f} ms per step for it",
+                       rank=slowest, ms=1000 * blame[slowest])
+        comm = max(p["comm"] for p in parts.values())
+        if comm > 0.5 * step:
+            return say(self.lang, "communication, not a rank, is the bottleneck: {ms:.0f} ms of each {step:.0f} ms "
+                                  "step goes to collectives", ms=1000 * comm, step=1000 * step)
+        return say(self.lang, "no rank holds the others back, and communication takes {share:.0f}% of a step",
+                   share=100 * comm / step)
+
+    # ------------------------------------------------------------------ files and views
+    def trace(self):
+        """Chrome's trace event format: one process per rank, a thread for compute and one for comm."""
+        events = []
+        for r in self.ranks:
+            events.append({"ph": "M", "pid": r, "name": "process_name", "args": {"name": f"rank {r}"}})
+        for rec in self.records():
+            name = rec["phase"] if rec["phase"] != "comm" else f"{rec['op'] or 'comm'}" + (
+                f" bucket {rec['bucket']}" if rec["bucket"] is not None else "")
+            events.append({"ph": "X", "pid": rec["rank"], "tid": 1 if rec["phase"] == "comm" else 0, "name": name,
+                           "ts": round(rec["start"] * 1e6, 1), "dur": round((rec["end"] - rec["start"]) * 1e6, 1),
+                           "args": {"step": rec["step"], "bytes": rec["bytes"], "wait_us": round(rec["wait"] * 1e6, 1)}})
+        return {"traceEvents": events, "displayTimeUnit": "ms"}
+
+    def save(self, path):
+        with open(path, "w") as f:
+            json.dump(self.trace(), f)
+        return len(self.rows)
+
+    def __repr__(self):
+        return "\n".join([say(self.lang, "timeline of cell {cell}: {n} spans from {ranks} ranks", cell=self.cell,
+                              n=len(self), ranks=len(self.ranks)), *self.lines()])
+
+    def _repr_html_(self):
+        return picture(self, steps=4)
+
+    def lines(self, last=None):
+        """The breakdown as text lines (a terminal, %ddp_timeline printed), of the `last` steps or all."""
+        lines = [say(self.lang, "per step (ms): rank  compute  comm  wait  data  step")]
+        for r, b in self.breakdown(last).items():
+            lines.append(f"  {r:>4}  {1000 * b['compute']:7.1f}  {1000 * b['comm']:5.1f}  {1000 * b['wait']:5.1f}  "
+                         f"{1000 * b['data']:5.1f}  {1000 * b['step']:5.1f}")
+        return lines + [self.verdict()]

@@ -1,0 +1,151 @@
+"""The timeline of real cells on the session's pool: a straggler named and the others' waiting measured,
+DDP's bucket all-reduces overlapping backward, memory per rank equal to the tensors, the trace file,
+and recording through a failed cell and a restarted pool."""
+import json
+import re
+
+import pytest
+
+from ddplab.errors import RankFailed
+
+pytestmark = [pytest.mark.pool, pytest.mark.xdist_group("shared-pool")]
+
+MODEL = """
+import time
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+class Net(nn.Module):
+    def __init__(self, slow=None, delay=0.0):
+        super().__init__()
+        self.body = nn.Sequential(nn.Linear(256, 512), nn.ReLU(), nn.Linear(512, 512), nn.ReLU(), nn.Linear(512, 10))
+        self.slow, self.delay = slow, delay
+
+    def forward(self, x):
+        if rank == self.slow:
+            time.sleep(self.delay)  # a straggler: slower inside its forward
+        return self.body(x)
+
+def train(model, opt, steps, log=True):
+    for step in range(steps):
+        x, y = torch.randn(64, 256), torch.randint(0, 10, (64,))
+        loss = nn.functional.cross_entropy(model(x), y)
+        opt.zero_grad(); loss.backward(); opt.step()
+        if log:
+            ddplab.log(loss=loss, samples=64)
+"""
+
+
+def test_a_straggler_is_named_and_the_others_wait_for_it(pool):
+    pool.run(MODEL + "torch.manual_seed(0)\nmodel = DDP(Net(slow=2, delay=0.02))\n"
+             "opt = torch.optim.SGD(model.parameters(), lr=0.01)\ntrain(model, opt, 25)")
+    tl = pool.records.timeline()
+    assert re.fullmatch(r"rank 2 is the slowest: the others wait \d+ ms per step for it", tl.verdict()), tl.verdict()
+    parts = tl.breakdown()
+    for r in (0, 1, 3):  # most of the 20 ms the straggler adds to each step, spent waiting for it
+        assert parts[r]["wait"] >= 0.012, (r, parts[r])
+    assert parts[2]["wait"] < 0.004 and parts[2]["compute"] >= 0.02, parts[2]  # it waits for nobody
+    assert tl.blame()[2] >= 0.012  # each other rank waits for it, on average
+    frame = tl.to_pandas()
+    assert list(frame.columns) == ["rank", "step", "phase", "start", "end", "op", "bucket", "bytes", "wait"]
+    assert set(frame["rank"]) == {0, 1, 2, 3} and set(frame["phase"]) >= {"forward", "backward", "optimizer", "comm"}
+    assert frame["step"].max() == 24  # steps counted by ddplab.log
+    assert "rank 2 is the slowest" in repr(tl) and "compute" in tl.summary().columns
+
+
+def test_bucket_all_reduces_overlap_backward(pool):
+    pool.run("from torch.nn.parallel import DistributedDataParallel as DDP\n"
+             "deep = DDP(nn.Sequential(*[nn.Linear(512, 512) for _ in range(6)]), bucket_cap_mb=1)\n"
+             "opt = torch.optim.SGD(deep.parameters(), lr=0.01)\n"
+             "for step in range(6):\n    opt.zero_grad()\n    deep(torch.randn(64, 512)).square().mean().backward()\n"
+             "    opt.step()")
+    tl = pool.records.timeline()
+    frame = tl.to_pandas()
+    assert frame["step"].max() == 5  # without ddplab.log, steps are counted by the optimizer (from 0)
+    steps = frame[(frame["rank"] == 0) & (frame["step"] == 4)]
+    backward = steps[steps["phase"] == "backward"].iloc[0]
+    buckets = steps[(steps["phase"] == "comm") & steps["bucket"].notna()]
+    assert len(buckets) >= 3 and set(buckets["op"]) == {"all_reduce"}
+    assert sorted(buckets["bucket"]) == list(range(len(buckets)))
+    started_during = buckets[(buckets["start"] > backward["start"]) & (buckets["start"] < backward["end"])]
+    assert len(started_during) == len(buckets)  # each launched while backward still ran ...
+    assert buckets["start"].min() < backward["end"] - 0.0005  # ... the first well before it ended
+    assert tl.breakdown()[0]["hidden"] > 0  # collectives that ran under backward's compute
+    assert buckets["bytes"].sum() == 6 * (512 * 512 + 512) * 4  # every gradient, once
+
+
+def test_memory_per_rank_is_the_tensors_sizes(pool):
+    # memory counts every model and optimizer the rank's namespace holds: earlier tests' go first
+    pool.run("for name in [k for k, v in globals().items() if isinstance(v, (nn.Module, torch.optim.Optimizer))]:\n"
+             "    del globals()[name]")
+    pool.run(MODEL + "torch.manual_seed(0)\nmodel = DDP(Net())\nopt = torch.optim.Adam(model.parameters())\n"
+             "train(model, opt, 3)\n"
+             "expected = {'params': sum(p.numel() * p.element_size() for p in model.parameters()),\n"
+             "            'grads': sum(p.grad.numel() * p.grad.element_size() for p in model.parameters()),\n"
+             "            'optimizer': sum(t.numel() * t.element_size() for s in opt.state.values() "
+             "for t in s.values())}")
+    tl = pool.records.timeline()
+    expected = pool.gather("expected")
+    memory = tl.memory.set_index("rank")
+    for r in range(4):
+        for kind in ("params", "grads", "optimizer"):
+            assert memory.loc[r, kind] == expected[r][kind], (r, kind)
+        assert memory.loc[r, "buckets"] == expected[r]["params"]  # float32 buckets: one copy of the gradients
+        assert memory.loc[r, "rss"] > 50 * 2**20
+    assert expected[0]["optimizer"] > 2 * expected[0]["params"]  # Adam: two moments (and its step counters)
+
+
+def test_the_trace_file_has_one_lane_per_rank(pool, tmp_path, ip, capsys):
+    pool.run(MODEL + "model = DDP(Net())\nopt = torch.optim.SGD(model.parameters(), lr=0.01)\ntrain(model, opt, 3)\n"
+             "t = torch.ones(1000)\ndist.all_reduce(t)")
+    path = tmp_path / "trace.json"
+    ip.run_line_magic("ddp_timeline", f"--save {path}")
+    assert f"to {path}" in capsys.readouterr().out
+    trace = json.loads(path.read_text())
+    lanes = {e["args"]["name"] for e in trace["traceEvents"] if e["ph"] == "M" and e["name"] == "process_name"}
+    assert lanes == {f"rank {r}" for r in range(4)}
+    spans = [e for e in trace["traceEvents"] if e["ph"] == "X"]
+    assert {e["pid"] for e in spans} == {0, 1, 2, 3} and all(e["dur"] >= 0 and e["ts"] >= 0 for e in spans)
+    assert sum(e["name"] == "all_reduce" for e in spans) == 4  # the cell's own dist.all_reduce, on each rank
+    assert any(e["name"].startswith("all_reduce bucket") for e in spans)
+
+
+def test_recording_survives_a_failed_rank_and_a_restarted_pool(pool):
+    with pytest.raises(RankFailed):
+        pool.run(MODEL + "model = DDP(Net())\nopt = torch.optim.SGD(model.parameters(), lr=0.01)\n"
+                 "train(model, opt, 4)\nif rank == 1:\n    raise ValueError('boom')\ntrain(model, opt, 4)")
+    failed = pool.records.timeline()
+    assert set(failed.to_pandas()["rank"]) == {0, 1, 2, 3} and failed.to_pandas()["step"].max() >= 3
+    pool.restart()
+    pool.run(MODEL + "model = DDP(Net())\nopt = torch.optim.SGD(model.parameters(), lr=0.01)\ntrain(model, opt, 3)")
+    again = pool.records.timeline()
+    assert again.cell > failed.cell and set(again.to_pandas()["rank"]) == {0, 1, 2, 3}
+    assert pool.records.timeline(failed.cell).cell == failed.cell  # an earlier cell's, still there
+
+
+def test_recording_can_be_switched_off_and_on(pool, ip, capsys):
+    ip.run_line_magic("ddp_timeline", "--off")
+    assert "not recorded" in capsys.readouterr().out
+    import time
+
+    time.sleep(0.6)  # the ranks hear it within a tick
+    pool.run(MODEL + "model = DDP(Net())\nopt = torch.optim.SGD(model.parameters(), lr=0.01)\ntrain(model, opt, 3)")
+    assert len(pool.records.timeline()) == 0
+    ip.run_line_magic("ddp_timeline", "--on")
+    time.sleep(0.6)
+    pool.run("model2 = DDP(Net())\nopt2 = torch.optim.SGD(model2.parameters(), lr=0.01)\ntrain(model2, opt2, 3)")
+    assert len(pool.records.timeline()) > 0
+
+
+def test_compiled_models_keep_one_graph_and_their_forward_spans(pool):
+    # The recorder's global module hooks return at once inside code torch.compile traces: no graph
+    # break per module, no warning about them, and the compiled module's own call times the forward.
+    pool.run("import warnings\nsmall = nn.Sequential(nn.Linear(32, 32), nn.ReLU(), nn.Linear(32, 4))\n"
+             "x = torch.randn(8, 32)\nexplained = torch._dynamo.explain(small)(x)\n"
+             "breaks = (explained.graph_count, explained.graph_break_count)\n"
+             "compiled = torch.compile(small, backend='eager')\n"
+             "with warnings.catch_warnings(record=True) as caught:\n    for _ in range(5):\n        compiled(x)\n"
+             "warned = [str(w.message) for w in caught]")
+    assert pool.gather("breaks") == [(1, 0)] * 4
+    assert pool.gather("warned") == [[]] * 4
+    frame = pool.records.timeline().to_pandas()
+    assert (frame["phase"] == "forward").groupby(frame["rank"]).sum().tolist() == [6] * 4  # explain ran it once too
