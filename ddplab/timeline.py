@@ -210,7 +210,18 @@ class Timeline:
         import pandas as pd
 
         columns = ["rank", "step", "phase", "start", "end", "op", "bucket", "bytes", "wait"]
-        return pd.DataFrame(list(self.records()), columns=columns)
+        rows, comm = self.rows, self.rows["phase"] == COMM
+        frame = pd.DataFrame({
+            "rank": rows["rank"].astype(np.int64), "step": rows["step"].astype(np.int64),
+            "phase": np.array(PHASES, dtype=object)[rows["phase"]],
+            "start": rows["start"].astype(float), "end": rows["end"].astype(float),
+            "op": np.array([o or None for o in OPS], dtype=object)[rows["op"]],
+            "bucket": pd.array(np.where(rows["bucket"] >= 0, rows["bucket"], 0), dtype="Int64"),
+            "bytes": pd.array(rows["bytes"].astype(np.int64), dtype="Int64"),
+            "wait": rows["wait"].astype(float)}, columns=columns)
+        frame.loc[rows["bucket"] < 0, "bucket"] = pd.NA  # (not a DDP bucket)
+        frame.loc[~comm, "bytes"] = pd.NA  # (only collectives move bytes)
+        return frame
 
     @functools.cached_property
     def _steps(self):

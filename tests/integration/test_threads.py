@@ -12,15 +12,20 @@ pytestmark = [pytest.mark.pool, pytest.mark.xdist_group("shared-pool")]
 
 LOOP = ("import time\nseen = set()\nfor step in range(40):\n    seen.add(ddplab.knob('period', 0))\n"
         "    t = torch.ones(1)\n    dist.all_reduce(t)\n    ddplab.log(loss=1.0 / (step + 1), samples=1)\n"
-        "    time.sleep(0.02)\nprint('steps', step + 1, 'all', t.item())")
+        "    time.sleep(0.02)\n"
+        # the cell ends only once the notebook's threads have stopped asking (a knob, bounded): a thread
+        # cannot see it running and then find it ended before its own refused run
+        "deadline = time.time() + 30\nwhile not ddplab.knob('finish', 0) and time.time() < deadline:\n"
+        "    time.sleep(0.01)\nprint('steps', step + 1, 'all', t.item())")
 
 
 def test_the_notebook_and_a_background_cell_share_the_lab(pool):
     errors, refused, asked = [], [], [0]
+    stop = threading.Event()
     background = pool.run(LOOP, background=True)
 
     def notebook(period):  # what the notebook does while the cell runs
-        while not background.done():
+        while not stop.is_set():
             try:
                 pool.knobs.set("period", period)
                 assert len(pool.status()) == 4 and pool.find_lost() == {}
@@ -38,9 +43,15 @@ def test_the_notebook_and_a_background_cell_share_the_lab(pool):
     threads = [threading.Thread(target=notebook, args=(p,)) for p in (3, 4)]
     for t in threads:
         t.start()
-    result = background.result(60)
+    deadline = time.time() + 30
+    while (asked[0] <= 10 or len(set(refused)) < 2) and not background.done() and time.time() < deadline:
+        time.sleep(0.05)
+    stop.set()
     for t in threads:
         t.join(10)
+    assert not background.done()  # still running (waiting for 'finish'): every refusal above was real
+    pool.knobs.set("finish", 1)
+    result = background.result(60)
     assert errors == [] and asked[0] > 10, errors
     assert set(refused) == {"BadRequest", "TimeoutError"}  # the other cell and gather refused; wait not done yet
     assert result.stdout == ["steps 40 all 4.0\n"] * 4
