@@ -1,7 +1,8 @@
 """Run the benchmark suite: python -m bench [--quick] [--only start,cell,...] [--out DIR]
 
 Each benchmark compares against its baseline measured in the same run; the table shows
-min/median/max over repeats; results go to DIR/results.json and DIR/results.png.
+min/median/max over repeats; results go to DIR/results.json and DIR/results.png. With --only, the
+rows of the benchmarks not run again stay as an earlier full run measured them, with their date.
 """
 import argparse
 import importlib
@@ -81,6 +82,25 @@ def plot(results, path):
     fig.savefig(path, dpi=100)
 
 
+def order(result):
+    """Results in the suite's order (a benchmark's rows as it wrote them)."""
+    return SUITE.index(result.get("suite", SUITE[0]))
+
+
+def kept(path, results, quick):
+    """The rows of an earlier full run in `path` that this run (--only some) did not measure again, each
+    keeping the date it was measured on; none after a quick run or when either run was quick."""
+    try:
+        with open(path) as f:
+            earlier = json.load(f)
+    except (OSError, ValueError):
+        return []
+    if quick or earlier.get("quick"):
+        return []
+    fresh = {r["suite"] for r in results}
+    return [{"date": earlier["machine"]["date"], **r} for r in earlier["results"] if r.get("suite") not in fresh]
+
+
 def main(argv=None):
     p = argparse.ArgumentParser(prog="python -m bench", description=__doc__.splitlines()[0])
     p.add_argument("--quick", action="store_true", help="tiny sizes: checks the suite runs (the tests use it)")
@@ -95,12 +115,16 @@ def main(argv=None):
     for name in chosen:
         tic = time.perf_counter()
         print(f"== {name} ...", flush=True)
-        results.extend(importlib.import_module(f"bench.{name}").run(quick=args.quick))
+        results.extend({**r, "suite": name} for r in importlib.import_module(f"bench.{name}").run(quick=args.quick))
         print(f"   {time.perf_counter() - tic:.0f} s", flush=True)
     print()
     print(table(results))
     os.makedirs(args.out, exist_ok=True)
-    report = {"machine": machine(), "quick": args.quick, "results": results}
+    today = machine()
+    for r in results:
+        r["date"] = today["date"]
+    results = kept(os.path.join(args.out, "results.json"), results, args.quick) + results
+    report = {"machine": today, "quick": args.quick, "results": sorted(results, key=order)}
     with open(os.path.join(args.out, "results.json"), "w") as f:
         json.dump(report, f, indent=1)
     plot(results, os.path.join(args.out, "results.png"))

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from . import state as st
 from .errors import UNDELIVERED, RankError, is_echo
 from .monitor import Monitor, Replies
-from .words import ranks_text
+from .words import ranks_text, say
 
 
 @dataclass
@@ -155,27 +155,32 @@ def plan_recovery(outcome, result):
                     or any(is_echo(e) or comm_error(e) for e in errors))
 
 
-def recovery_notes(plan, world_size, escalate, seconds=0.0, stale=()):
-    """What was done, for the user: one sentence per action."""
+def recovery_notes(plan, world_size, escalate, seconds=0.0, stale=(), lang="en"):
+    """What was done, for the user (in the pool's language): one sentence per action."""
     if plan.restart:
         killed = plan.restart
         kept = [r for r in range(world_size) if r not in killed]
-        return [f"{ranks_text(killed)} did not stop within {escalate:g} s of SIGINT and "
-                f"{'were' if len(killed) > 1 else 'was'} restarted in {seconds:.1f} s (the variables of "
-                f"{ranks_text(killed)} are gone" + (f"; {ranks_text(kept)} kept theirs" if kept else "")
-                + "); group re-formed"]
+        return [say(lang, "{killed} did not stop within {escalate:g} s of SIGINT and {was} restarted in {seconds:.1f} s "
+                          "(the variables of {killed} are gone; {kept} kept theirs); group re-formed" if kept else
+                          "{killed} did not stop within {escalate:g} s of SIGINT and {was} restarted in {seconds:.1f} s "
+                          "(the variables of {killed} are gone); group re-formed",
+                    killed=ranks_text(killed, lang), kept=ranks_text(kept, lang), escalate=escalate, seconds=seconds,
+                    was="were" if len(killed) > 1 else "was")]
     if plan.lost:
         lost = plan.lost
         kept = [r for r in range(world_size) if r not in lost]
-        return [f"{ranks_text(lost)} lost: run %ddp_restart (Lab.restart()) to bring back a full group "
-                f"({ranks_text(lost)} start{'s' if len(lost) == 1 else ''} fresh"
-                + (f"; {ranks_text(kept)} keep their variables)" if kept else ")")]
+        return [say(lang, "{lost} lost: run %ddp_restart (Lab.restart()) to bring back a full group ({lost} {start} "
+                          "fresh; {kept} keep their variables)" if kept else
+                          "{lost} lost: run %ddp_restart (Lab.restart()) to bring back a full group ({lost} {start} "
+                          "fresh)", lost=ranks_text(lost, lang), kept=ranks_text(kept, lang),
+                    start="starts" if len(lost) == 1 else "start")]
     if not plan.reform:
         return []
-    notes = [f"group re-formed in {seconds * 1000:.0f} ms; variables kept"]
+    notes = [say(lang, "group re-formed in {ms:.0f} ms; variables kept", ms=seconds * 1000)]
     if stale:
         ddp = [n for n, kind in stale if kind == "DistributedDataParallel"]
         others = [n for n, kind in stale if kind != "DistributedDataParallel"]
-        fixes = [f"{n} = DDP({n}.module)" for n in ddp] + [f"{n} (a process group): create it again" for n in others]
-        notes.append("these were tied to the old group: " + "; ".join(fixes))
+        fixes = [f"{n} = DDP({n}.module)" for n in ddp] + [
+            say(lang, "{name} (a process group): create it again", name=n) for n in others]
+        notes.append(say(lang, "these were tied to the old group: {fixes}", fixes="; ".join(fixes)))
     return notes

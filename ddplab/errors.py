@@ -49,8 +49,29 @@ class CellTimeout(DDPLabError):
     """A cell ran longer than its timeout; its ranks were interrupted."""
 
 
+class ExpectedFailureMissing(DDPLabError):
+    """A cell run with %%ddp --expect ERROR did not fail."""
+
+
 class RankLost(UsageProblem):
     """A rank's engine is gone; %ddp_restart brings it back."""
+
+
+def english(text, **values):
+    """words.say's English (for errors raised without the pool's language)."""
+    text = text.rsplit("|", 1)[-1]
+    return text.format(**values) if values else text
+
+
+def ranks_listed(ranks, say):
+    """"ranks 1, 2" / "rank 1、2" in the language `say` speaks."""
+    return say("ranks {ranks}" if len(ranks) > 1 else "rank {ranks}", ranks=say("list separator|, ").join(map(str, ranks)))
+
+
+# Why a rank was lost, when the pools say it in these words (the report says them in the pool's language).
+LOST_WHY = ("its engine stopped answering", "its engine is gone: the controller no longer hears it",
+            "its engine is gone: the controller no longer hears it (the engine died, or its host)",
+            "its engine was killed (SIGKILL) by %ddp_fault kill", "its engine did not answer after SIGINT and SIGKILL")
 
 
 class RankFailed(DDPLabError):
@@ -61,9 +82,10 @@ class RankFailed(DDPLabError):
     says what ddplab did to make the pool usable again.
     """
 
-    def __init__(self, failures, result=None):
+    def __init__(self, failures, result=None, say=None):
         self.failures = dict(failures)
         self.result = result
+        self.say = say or english  # words.say for the pool's language (errors cannot import words)
         super().__init__(self._headline())
 
     def _headline(self):
@@ -93,20 +115,24 @@ class RankFailed(DDPLabError):
         for ranks in groups.values():
             f = self.failures[ranks[0]]
             where = ", ".join(x for x in (f"engine {f.engine_id}", f"pid {f.pid}", f.host) if x)
-            at = f" at step {f.step}" if f.step is not None else ""
             if f.ename == "RankLost":
-                lines.append(f"rank {ranks[0]} lost{at} ({where}): {f.evalue}")
+                why = self.say(f.evalue)  # the fixed reasons are in the catalogue; others stay as given
+                lines.append(self.say("rank {rank} lost at step {step} ({where}): {why}" if f.step is not None else
+                                      "rank {rank} lost ({where}): {why}", rank=ranks[0], step=f.step, where=where,
+                                      why=why))
             else:
-                lines.append(f"rank {ranks[0]} failed{at} ({where})")
+                lines.append(self.say("rank {rank} failed at step {step} ({where})" if f.step is not None else
+                                      "rank {rank} failed ({where})", rank=ranks[0], step=f.step, where=where))
             if len(ranks) > 1:
                 others = ranks[1:]
-                lines.append(f"rank{'s' if len(others) > 1 else ''} {', '.join(map(str, others))} failed the same way")
+                lines.append(self.say("{ranks} failed the same way", ranks=ranks_listed(others, self.say)))
             if f.ename != "RankLost":
                 lines.extend(f.traceback_lines or [f"{f.ename}: {f.evalue}"])
         if echoes:
-            cause = f"rank {next(iter(causes))}" if causes else "a failed rank"
-            lines.append(f"rank{'s' if len(echoes) > 1 else ''} {', '.join(map(str, echoes))} stopped: "
-                         f"{'their' if len(echoes) > 1 else 'its'} collective was cut off by {cause}")
+            cause = f"rank {next(iter(causes))}" if causes else self.say("a failed rank")
+            lines.append(self.say("{ranks} stopped: their collective was cut off by {cause}" if len(echoes) > 1 else
+                                  "{ranks} stopped: its collective was cut off by {cause}",
+                                  ranks=ranks_listed(echoes, self.say), cause=cause))
         if self.result is not None:
             lines.extend(getattr(self.result, "hints", []))
             lines.extend(getattr(self.result, "recovery", []))
@@ -121,9 +147,9 @@ class CollectiveMismatch(RankFailed):
     """Ranks waited in collectives that could never finish (another op, group, shape or dtype, or a
     rank that never calls it); ddplab named them and cut the collectives short."""
 
-    def __init__(self, text, failures, result=None):
+    def __init__(self, text, failures, result=None, say=None):
         self.text = text
-        super().__init__(failures, result)
+        super().__init__(failures, result, say)
 
     def _headline(self):
         return self.text

@@ -13,7 +13,7 @@ from IPython.core.magic_arguments import argument, magic_arguments, parse_argstr
 
 from .config import PoolConfig
 from .dashboard.text import LiveOutput, Progress, TextView, in_notebook, show_result
-from .errors import CellTimeout, Interrupted, RankFailed, UsageProblem
+from .errors import CellTimeout, DDPLabError, ExpectedFailureMissing, Interrupted, RankFailed, UsageProblem
 from .lab import Lab
 from .words import plural
 
@@ -91,6 +91,22 @@ def show_run(lab, run):
         done = str(exc) or "the pool is still running"
         raise Interrupted(f"every rank of the cell was sent SIGINT (Ctrl-C); {done}") from None
     show_result(result)
+
+
+def expect_failure(lab, name, run):
+    """Run a cell meant to fail with `name` (the class of ddplab's error or of a failed rank's exception):
+    show that failure as the lesson's point, on stdout, and return. Any other failure is raised as it is,
+    and a cell that does not fail raises ExpectedFailureMissing."""
+    try:
+        run()
+    except DDPLabError as exc:
+        names = {k.__name__ for k in type(exc).__mro__} | {f.ename for f in getattr(exc, "failures", {}).values()}
+        if name not in names:
+            raise
+        _tell(lab, "this cell failed as it was meant to ({name}):", name=name)
+        print("\n".join(exc._render_traceback_()))
+        return
+    raise ExpectedFailureMissing(lab.config.say("the cell was meant to fail with {name}, but it did not", name=name))
 
 
 def debug_session(lab, rank, commands=None):
@@ -203,6 +219,10 @@ class DDPMagics(Magics):
     @argument("--background", action="store_true",
               help="return at once; the cell runs on (the dashboard stays live, widgets and knobs work); "
                    "%%ddp_wait shows its output")
+    @argument("--expect", metavar="ERROR", default=None,
+              help="the cell is meant to fail with ERROR (ddplab's error or a rank's exception, by name: "
+                   "CollectiveMismatch, RankFailed, IndexError, ...): the failure is shown as expected and not "
+                   "raised; a cell that does not fail so raises")
     @cell_magic
     def ddp(self, line, cell):
         """Run the cell on every rank (state is kept between cells); show each rank's output apart."""
@@ -211,6 +231,12 @@ class DDPMagics(Magics):
         ranks = parse_ranks(args.ranks, lab.world_size)
         if args.timeout is not None and not (math.isfinite(args.timeout) and args.timeout > 0):
             raise UsageError(f"--timeout {args.timeout}: give a positive number of seconds")
+        if args.expect is not None and (args.background or not args.expect.isidentifier()):
+            raise UsageError(f"--expect {args.expect}: give an error's name (like CollectiveMismatch), "
+                             "and run the cell in the foreground")
+        if args.expect:
+            return expect_failure(lab, args.expect, lambda: show_run(lab, lambda: _usage(
+                lab.run, cell, ranks, timeout=args.timeout)))
         if args.background:
             _usage(lab.run, cell, ranks, timeout=args.timeout, background=True)
             lab.view.show()  # the live dashboard, here: it goes on updating while other cells run
@@ -472,7 +498,7 @@ class DDPMagics(Magics):
         seconds = time.perf_counter() - tic
         n = lab.world_size - (len(lost) if outcome != "stopped" else 0)  # engines left running elsewhere: live ones
         if outcome == "stopped":
-            _tell(lab, "stopped {n} ranks in {seconds:.1f} s", n=n, seconds=seconds)
+            _tell(lab, "stopped {n} rank{s} in {seconds:.1f} s", n=n, s="" if n == 1 else "s", seconds=seconds)
         elif outcome == "shut down":
             _tell(lab, "left the group and shut down its {n} engines and their controller in {seconds:.1f} s", n=n,
                   seconds=seconds)

@@ -3,7 +3,7 @@ for the mistakes learners make, and a post-mortem debugger driven from the noteb
 
 - where(): the rank's current line of the cell and, inside torch.distributed, which collective,
   on which group, with which tensor, for how long. Read from the main thread's Python stack by
-  the telemetry thread (rank.py) while a cell runs longer than a second: nothing per step.
+  the telemetry thread (rank.py) while a cell runs longer than WHERE_AFTER (half a second): nothing per step.
 - hints: torch.distributed.init_process_group / destroy_process_group and DistributedSampler are
   wrapped so that calling init again (ddplab formed the group), destroying the group, or
   iterating a sampler again without set_epoch leave a hint the notebook shows once.

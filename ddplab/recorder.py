@@ -252,7 +252,9 @@ class Recorder:
 
 def memory(namespace):
     """What this rank holds: resident memory, and bytes of parameters, gradients, optimizer state and DDP
-    buckets of the objects in `namespace` (each tensor counted once), exact from the objects themselves."""
+    buckets of the objects in `namespace` (each tensor counted once), exact from the objects themselves.
+    A ZeroRedundancyOptimizer counts the state of this rank's share; DDP with gradient_as_bucket_view
+    has no buckets apart from its gradients."""
     import psutil
     import torch
     from torch.nn.parallel import DistributedDataParallel as DDP
@@ -267,7 +269,8 @@ def memory(namespace):
 
     values = list(namespace.values())
     for value in values:
-        if isinstance(value, DDP):
+        if isinstance(value, DDP) and not value.gradient_as_bucket_view:
+            # (with gradient_as_bucket_view the gradients are views into the buckets: counted once, as grads)
             try:
                 sizes = str(value._get_ddp_logging_data().get("bucket_sizes", ""))  # "1022040,26214400": bytes
                 found["buckets"] += sum(int(s) for s in sizes.split(",") if s.strip().isdigit())
@@ -279,6 +282,9 @@ def memory(namespace):
                 count("grads", p.grad)
     for value in values:
         if isinstance(value, torch.optim.Optimizer):
+            # a ZeroRedundancyOptimizer keeps its state in the optimizer of this rank's share (.optim)
+            inner = getattr(value, "optim", None)
+            value = inner if isinstance(inner, torch.optim.Optimizer) else value
             for state in value.state.values():
                 for tensor in state.values():
                     count("optimizer", tensor)

@@ -16,7 +16,8 @@ class Report:
         say = lab.config.say
         threads = "-".join(map(str, sorted({counts[0], counts[-1]})))
         where = say(", on {n} hosts", n=len(hosts)) if len(hosts) > 1 else ""
-        return say("{n} ranks ready in {seconds:.1f} s (gloo, {threads} {thread_s} per rank{where})", n=lab.world_size,
+        return say("{n} rank{s} ready in {seconds:.1f} s (gloo, {threads} {thread_s} per rank{where})", n=lab.world_size,
+                   s="" if lab.world_size == 1 else "s",
                    seconds=lab.start_seconds, threads=threads, where=where, thread_s=plural(counts[-1], "thread"))
 
     def status(self):

@@ -15,7 +15,7 @@ from .config import tunables
 from .errors import BadRequest, CellTimeout, CollectiveMismatch, RankFailed
 from .monitor import Hooks
 from .timeline import CellSpans
-from .words import ranks_text
+from .words import ranks_text, say
 
 log = logging.getLogger("ddplab")
 
@@ -82,14 +82,19 @@ class Runner:
         if stopped_by == "interrupt":
             raise KeyboardInterrupt(" ".join(result.recovery))
         if stopped_by == "timeout":
-            raise CellTimeout(f"the cell ran longer than {timeout:g} s on {ranks_text(ranks)}; every rank was "
-                              "interrupted (SIGINT)" + "".join(f"; {line}" for line in result.recovery))
+            raise CellTimeout(self.say("the cell ran longer than {timeout:g} s on {ranks}; every rank was interrupted "
+                                       "(SIGINT)", timeout=timeout, ranks=ranks_text(ranks, lab.config.lang))
+                              + "".join(f"; {line}" for line in result.recovery))
         if outcome.mismatch is not None:
-            raise CollectiveMismatch(outcome.mismatch.text, result.failed, result)
+            raise CollectiveMismatch(outcome.mismatch.text, result.failed, result, self.say)
         if result.failed:
-            raise RankFailed(result.failed, result)
+            raise RankFailed(result.failed, result, self.say)
         lab.export.record(rs.cell, code, None if ranks == list(range(lab.world_size)) else ranks)
         return result
+
+    def say(self, text, **values):
+        """`text` in the pool's language (words.say)."""
+        return say(self.lab.config.lang, text, **values)
 
     def hooks(self):
         lab = self.lab
@@ -119,7 +124,7 @@ class Runner:
             log.warning("the group could not be formed again", exc_info=True)
             return [f"the group could not be formed again ({type(exc).__name__}: {exc}): %ddp_restart "
                     "(Lab.restart()) brings back a full group"]
-        return cell.recovery_notes(plan, lab.world_size, tunables().escalate, seconds, stale)
+        return cell.recovery_notes(plan, lab.world_size, tunables().escalate, seconds, stale, lab.config.lang)
 
     def hints(self, destroyed):
         """The mistakes the cell made, said once (in the pool's language); a group the cell

@@ -11,6 +11,10 @@ ZH = {
         "；用 %%ddp 在每个 rank 上运行代码",
     "running in the background on {n} ranks; %ddp_wait shows its output, %ddp_interrupt stops it":
         "在后台的 {n} 个 rank 上运行；%ddp_wait 显示它的输出，%ddp_interrupt 停止它",
+    "this cell failed as it was meant to ({name}):":
+        "这个单元格如预期那样失败了（{name}）：",
+    "the cell was meant to fail with {name}, but it did not":
+        "这个单元格本应以 {name} 失败，但它没有失败",
     "every rank was sent SIGINT; %ddp_wait shows how the cell ended":
         "已向每个 rank 发送 SIGINT；%ddp_wait 显示这个单元格是怎样结束的",
     "every rank was sent SIGINT":
@@ -35,12 +39,62 @@ ZH = {
         "每个 rank 上都相同",
     "wrote {n} {cells} to {path}; run it with {run}":
         "已把 {n} 个单元格写入 {path}；这样运行它：{run}",
-    "stopped {n} ranks in {seconds:.1f} s":
+    "stopped {n} rank{s} in {seconds:.1f} s":
         "已停止 {n} 个 rank，用时 {seconds:.1f} 秒",
     "left the group and shut down its {n} engines and their controller in {seconds:.1f} s":
         "已离开进程组，并关闭了它的 {n} 个引擎及其控制器，用时 {seconds:.1f} 秒",
     "left the group in {seconds:.1f} s; the {n} engines (started elsewhere, on {hosts}) keep running: %ddp_start --connect groups them again, %ddp_stop --shutdown stops them":
         "已离开进程组，用时 {seconds:.1f} 秒；这 {n} 个引擎（在别处启动，位于 {hosts}）仍在运行：%ddp_start --connect 会把它们重新组成进程组，%ddp_stop --shutdown 会停止它们",
+    # --- errors.py: a failed cell's report
+    "the cell ran longer than {timeout:g} s on {ranks}; every rank was interrupted (SIGINT)":
+        "单元格在 {ranks} 上运行超过了 {timeout:g} 秒；每个 rank 都已被中断（SIGINT）",
+    "rank {rank} lost at step {step} ({where}): {why}":
+        "rank {rank} 在第 {step} 步丢失（{where}）：{why}",
+    "rank {rank} lost ({where}): {why}":
+        "rank {rank} 已丢失（{where}）：{why}",
+    "rank {rank} failed at step {step} ({where})":
+        "rank {rank} 在第 {step} 步出错（{where}）",
+    "rank {rank} failed ({where})":
+        "rank {rank} 出错（{where}）",
+    "{ranks} failed the same way":
+        "{ranks} 以同样的方式出错",
+    "a failed rank":
+        "一个出错的 rank",
+    "{ranks} stopped: their collective was cut off by {cause}":
+        "{ranks} 已停止：它们的集合通信被 {cause} 中断了",
+    "{ranks} stopped: its collective was cut off by {cause}":
+        "{ranks} 已停止：它的集合通信被 {cause} 中断了",
+    "ranks {ranks}":
+        "rank {ranks}",
+    "rank {ranks}":
+        "rank {ranks}",
+    "list separator|, ":
+        "、",
+    "its engine stopped answering":
+        "它的引擎不再应答",
+    "its engine is gone: the controller no longer hears it":
+        "它的引擎已经不在了：控制器再也收不到它的消息",
+    "its engine is gone: the controller no longer hears it (the engine died, or its host)":
+        "它的引擎已经不在了：控制器再也收不到它的消息（引擎或它所在的主机已经停止）",
+    "its engine was killed (SIGKILL) by %ddp_fault kill":
+        "它的引擎被 %ddp_fault kill 终止了（SIGKILL）",
+    "its engine did not answer after SIGINT and SIGKILL":
+        "发送 SIGINT 和 SIGKILL 之后，它的引擎仍没有应答",
+    # --- cell.py: what was done after a failed cell
+    "{killed} did not stop within {escalate:g} s of SIGINT and {was} restarted in {seconds:.1f} s (the variables of {killed} are gone; {kept} kept theirs); group re-formed":
+        "{killed} 在 SIGINT 之后 {escalate:g} 秒内没有停下，已重启，用时 {seconds:.1f} 秒（{killed} 的变量已丢失；{kept} 保留了各自的变量）；进程组已重新组建",
+    "{killed} did not stop within {escalate:g} s of SIGINT and {was} restarted in {seconds:.1f} s (the variables of {killed} are gone); group re-formed":
+        "{killed} 在 SIGINT 之后 {escalate:g} 秒内没有停下，已重启，用时 {seconds:.1f} 秒（{killed} 的变量已丢失）；进程组已重新组建",
+    "{lost} lost: run %ddp_restart (Lab.restart()) to bring back a full group ({lost} {start} fresh; {kept} keep their variables)":
+        "{lost} 已丢失：运行 %ddp_restart（Lab.restart()）可以恢复完整的进程组（{lost} 将从头开始；{kept} 保留各自的变量）",
+    "{lost} lost: run %ddp_restart (Lab.restart()) to bring back a full group ({lost} {start} fresh)":
+        "{lost} 已丢失：运行 %ddp_restart（Lab.restart()）可以恢复完整的进程组（{lost} 将从头开始）",
+    "group re-formed in {ms:.0f} ms; variables kept":
+        "进程组已重新组建，用时 {ms:.0f} 毫秒；变量都保留着",
+    "{name} (a process group): create it again":
+        "{name}（一个进程组）：请重新创建",
+    "these were tied to the old group: {fixes}":
+        "这些对象绑定在旧的进程组上：{fixes}",
     # --- lab.py, drills.py, report.py, pools
     "restarted {lost} in {seconds:.1f} s ({its} variables are gone; {kept} kept theirs); group re-formed":
         "已重启 {lost}，用时 {seconds:.1f} 秒（{its}的变量已丢失；{kept} 保留了各自的变量）；进程组已重新组建",
@@ -70,7 +124,7 @@ ZH = {
         "抛出异常",
     ", on {n} hosts":
         "，分布在 {n} 台主机上",
-    "{n} ranks ready in {seconds:.1f} s (gloo, {threads} {thread_s} per rank{where})":
+    "{n} rank{s} ready in {seconds:.1f} s (gloo, {threads} {thread_s} per rank{where})":
         "{n} 个 rank 已就绪，用时 {seconds:.1f} 秒（gloo，每个 rank {threads} 个线程{where}）",
     "this machine has {n} other account(s); this kernel's channel: ":
         "本机还有 {n} 个其他账户；这个内核的通道：",

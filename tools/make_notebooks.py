@@ -14,14 +14,15 @@ Sources are plain Python in the "percent" format (as jupytext and VS Code read i
     # %%
     %ddp_start 4
 
-    # %% tags=["raises-exception"]
-    ...a cell that is meant to fail (nbclient goes on after it)
+    # %% tags=["hide-input"]
+    ...cell tags, as JSON (a cell meant to fail uses `%%ddp --expect ErrorName` instead of a tag)
 
 A source with any `lang=zh` cell has a Chinese edition, and then every markdown cell must have
 its Chinese twin. (The Chinese edition's pool speaks Chinese by itself: ddplab reads the notebook's
 folder, zh.) Run `python tools/make_notebooks.py [NN ...]` after editing a source (all, or the
-lessons numbered NN); `--check` fails if a
-notebook is out of date with its source (the tests run it). Notebooks are committed without outputs.
+lessons numbered NN; the index's and the README's lessons tables are made from the lessons' headers);
+`--check` fails if a notebook or the README's table is out of date with the sources (the tests run
+it). Notebooks are committed without outputs.
 """
 import json
 import pathlib
@@ -96,8 +97,75 @@ def has_zh(source):
     return any((m := MARKER.match(line)) and m.group(2) for line in source.read_text().splitlines())
 
 
+# A lesson's first cell opens with its title, then says what you will learn (3-5 points), how long it takes
+# to study, and what it needs; the index's table is made from these (the index source holds the
+# placeholders), so the two cannot disagree.
+HEADER = {
+    "en": dict(title=r"^# Lesson (\d+) · (.+)$", learn=r"^\*\*You will learn\*\*\n((?:- .+\n?)+)",
+               time=r"^\*\*Study time:\*\* about (\d+) minutes", needs=r"^\*\*Needs:\*\* (.+)$",
+               see=r"^\*\*You will see:\*\* (.+(?:\n.+)*)"),
+    "zh": dict(title=r"^# 第 (\d+) 课 · (.+)$", learn=r"^\*\*你将学到\*\*\n((?:- .+\n?)+)",
+               time=r"^\*\*学习时间\*\*：约 (\d+) 分钟", needs=r"^\*\*需要\*\*：(.+)$",
+               see=r"^\*\*你将看到\*\*：(.+(?:\n.+)*)"),
+}
+TABLE_HEAD = {"en": "| # | Lesson · 课程 | You will learn | Study time | Needs |\n|---|---|---|---|---|",
+              "zh": "| # | 课程 | 你将学到 | 学习时间 | 需要 |\n|---|---|---|---|---|"}
+
+
+def header(source, lang):
+    """{number, title, learn: [points], minutes, needs} from a lesson's first cell, or SourceError."""
+    first = cells_of(source.read_text(), lang)[0].source + "\n"
+    found = {k: re.search(pattern, first, re.M) for k, pattern in HEADER[lang].items()}
+    missing = [k for k, m in found.items() if m is None]
+    if missing:
+        raise SourceError(f"{source.name} ({lang}): the first cell lacks its {', '.join(missing)} (see HEADER)")
+    points = [line[2:].strip() for line in found["learn"].group(1).strip().splitlines()]
+    if not 3 <= len(points) <= 5:
+        raise SourceError(f"{source.name} ({lang}): says {len(points)} things you will learn, not 3 to 5")
+    return dict(number=int(found["title"].group(1)), title=found["title"].group(2).strip(), learn=points,
+                minutes=int(found["time"].group(1)), needs=found["needs"].group(1).strip(),
+                see=" ".join(found["see"].group(1).split()))
+
+
+def torch_floor():
+    """The torch version pyproject.toml requires at least ("2.13")."""
+    text = (ROOT.parent / "pyproject.toml").read_text()
+    return re.search(r'"torch>=([0-9.]+)', text).group(1)
+
+
+def lessons_table(lang):
+    rows = [TABLE_HEAD[lang]]
+    for source in sorted((ROOT / "src").glob("[0-9][0-9]_*.py")):
+        h = header(source, lang)
+        if lang == "en":
+            zh = header(source, "zh")
+            link = f"[{h['title']}]({source.stem}.ipynb) · [{zh['title']}](zh/{source.stem}.ipynb)"
+        else:
+            link = f"[{h['title']}]({source.stem}.ipynb)"
+        minutes = f"~{h['minutes']} min" if lang == "en" else f"约 {h['minutes']} 分钟"
+        rows.append(f"| {h['number']} | {link} | {'<br>'.join(h['learn'])} | {minutes} | {h['needs']} |")
+    return "\n".join(rows)
+
+
+README_TABLE = re.compile(r"(<!-- lessons:start -->\n).*?(<!-- lessons:end -->)", re.S)
+
+
+def readme_table():
+    """The README's lessons table (between its lessons:start/end markers), from the same headers."""
+    rows = ["| # | lesson | 中文 | what you will see | study time |", "| --- | --- | --- | --- | --- |"]
+    for source in sorted((ROOT / "src").glob("[0-9][0-9]_*.py")):
+        en, zh = header(source, "en"), header(source, "zh")
+        rows.append(f"| {en['number']} | [{en['title']}](notebooks/{source.stem}.ipynb) | "
+                    f"[{zh['title']}](notebooks/zh/{source.stem}.ipynb) | {en['see']} | {en['minutes']} min |")
+    return "\n".join(rows) + "\n"
+
+
 def notebook_of(source, lang="en"):
     cells = cells_of(source.read_text(), lang)
+    if source.stem == "index":  # the placeholders: <!-- lessons --> and <!-- torch -->
+        for cell in cells:
+            cell.source = cell.source.replace("<!-- lessons -->", lessons_table(lang)).replace(
+                "<!-- torch -->", torch_floor())
     if has_zh(source) and cells and cells[0].cell_type == "markdown":
         cells[0].source += LINKS[lang].format(name=source.stem)
     nb = nbformat.v4.new_notebook(cells=cells, metadata={
@@ -130,6 +198,15 @@ def main(check=False, names=()):
                 target.parent.mkdir(exist_ok=True)
                 target.write_text(text)
                 print("wrote", target.relative_to(ROOT.parent))
+    readme = ROOT.parent / "README.md"
+    text = readme.read_text()
+    fresh = README_TABLE.sub(lambda m: m.group(1) + readme_table() + m.group(2), text)
+    if fresh != text:
+        if check:
+            stale.append("../README.md (its lessons table)")
+        else:
+            readme.write_text(fresh)
+            print("wrote README.md's lessons table")
     if stale:
         sys.exit(f"out of date with notebooks/src: {', '.join(stale)}; run python tools/make_notebooks.py")
 

@@ -4,6 +4,7 @@
   ranks, a DDP communication hook that counts what it sends, a timeline recorder, timings.
 - `ddplab.lessons.draw`: runs in the notebook (matplotlib): collectives before/after, sampler
   partitions, timelines, lines and bars, labelled in the language of `%ddp_start --lang`.
+- `ddplab.lessons.check` (`ddplab.lessons.exercises`): an exercise's answer judged against the run.
 
 Keep this file light: ranks import `ddplab.lessons.ranks` through it.
 """
@@ -38,3 +39,11 @@ def lang():
 def say(en, zh):
     """The text for the pool's language: say("loss", "损失")."""
     return zh if lang() == "zh" else en
+
+
+def check(key, answer=..., **run):
+    """Judge your answer to exercise `key` ("4.2") against this run's numbers: right or wrong, and why
+    (ddplab.lessons.exercises)."""
+    from .exercises import check as judge
+
+    return judge(key, answer, **run)

@@ -2,7 +2,7 @@
 (iproute2: a bridge, one veth per namespace, addresses on the bridge's subnet), an ipyparallel
 controller on the bridge's address and one `ipengine` per namespace, each with its own hostname
 (which resolves to nothing), no working DNS, and a second network interface, as many cluster
-nodes have. Needs root; lesson 13 and the tests use it.
+nodes have. Needs root; lesson 17 and the tests use it.
 
     with Hosts(4) as hosts:                  # h1..h4: 10.77.0.11..14, controller on 10.77.0.1
         %ddp_start --connect {hosts.client_file}
@@ -32,11 +32,14 @@ class HostsUnavailable(RuntimeError):
 
 def check():
     """Why namespaces cannot be made here, or None if they can."""
+    from . import say
+
     if os.geteuid() != 0:
-        return "making network namespaces needs root"
+        return say("making network namespaces needs root", "创建网络命名空间需要 root 权限")
     for tool in ("ip", "unshare"):
         if shutil.which(tool) is None:
-            return f"the {tool} command is missing (Debian: iproute2, util-linux)"
+            return say(f"the {tool} command is missing (Debian: iproute2, util-linux)",
+                       f"缺少 {tool} 命令（Debian：iproute2、util-linux）")
     return None
 
 

@@ -1,4 +1,4 @@
-"""Widgets that change a training while it runs (lessons 7, 8 and 9): each moves a knob on every
+"""Widgets that change a training while it runs (lessons 7, 8 and 10): each moves a knob on every
 rank (Lab.knobs), which rank code reads with ddplab.knob(name, default), e.g. each step.
 
     %%ddp --background                 # the cell returns at once; the dashboard stays live

@@ -67,6 +67,8 @@ class BenchResults(SphinxDirective):
             target = f"{SIGNS[r['target'][0]]}\u00a0{value(r['target'][1])}" if r["target"] else ""
             met = {True: "yes", False: "no", None: ""}[None if report.get("quick") else r["met"]]
             what = [nodes.literal(r["name"], r["name"]), nodes.Text(": "), *inline(r["what"])]
+            if r.get("date", m["date"]) != m["date"]:  # kept from an earlier full run (bench --only)
+                what.append(nodes.emphasis("", f" (measured on {r['date']})"))
             rows.append([what, value(r["min"]), [nodes.strong("", value(r["median"]))], value(r["max"]), target, met])
         out.append(table(["benchmark: what is compared", "min", "median", "max", "target", "met"], rows,
                          [12, 2, 2, 2, 2, 1]))

@@ -1,6 +1,6 @@
 """The lessons, with their outputs, for the docs site: docs/lessons/ (en) and docs/lessons/zh/ (zh).
 
-Every notebook of notebooks/ and notebooks/zh/ (the quick start, the 14 lessons and the index) is
+Every notebook of notebooks/ and notebooks/zh/ (the quick start, the 18 lessons and the index) is
 copied to docs/lessons/ with its outputs, which myst-nb renders as they are (nb_execution_mode
 "off"). The outputs come, in this order, from:
 
@@ -186,20 +186,22 @@ def _lesson_table(app, docname, source):
         return
     import nbformat
 
-    rows = ["| # | English | 中文 | ran in (en / zh) |", "| --- | --- | --- | --- |"]
+    rows = ["| # | English | 中文 | study time | ran in (en / zh) |", "| --- | --- | --- | --- | --- |"]
     for path in sorted(OUT.glob("[0-9][0-9]_*.ipynb")):
         number = int(path.name[:2])
-        cells = {}
+        cells, study = {}, "—"
         for lang, p in (("en", path), ("zh", OUT / "zh" / path.name)):
             if p.exists():
                 nb = nbformat.read(p, as_version=4)
                 title = nb.cells[0].source.splitlines()[0].lstrip("# ").strip()
                 took = seconds(nb)
+                minutes = re.search(r"\*\*Study time:\*\* about (\d+) minutes", nb.cells[0].source)
+                study = f"~{minutes.group(1)} min" if minutes else study
                 cells[lang] = (f"[{title}](lessons/{'zh/' if lang == 'zh' else ''}{path.name})",
                                f"{took:.0f} s" if took is not None else "—")
             else:
                 cells[lang] = ("—", "—")
-        rows.append(f"| {number} | {cells['en'][0]} | {cells['zh'][0]} | {cells['en'][1]} / {cells['zh'][1]} |")
+        rows.append(f"| {number} | {cells['en'][0]} | {cells['zh'][0]} | {study} | {cells['en'][1]} / {cells['zh'][1]} |")
     source[0] = source[0].replace(marker, "\n".join(rows))
 
 

@@ -1,14 +1,40 @@
 # %% [markdown]
-# # ddplab quick start
+# # Lesson 0 · Quick start
 #
-# Four processes on this machine form one real `torch.distributed` **gloo** process group. `%%ddp` runs a cell on every rank; each rank's output is shown apart.
+# **In short.** Four processes on this machine form one real `torch.distributed` **gloo** process
+# group. `%%ddp` runs a cell on every rank, each rank's output shown apart; variables live on in each
+# rank between cells; and a small model trains with `DistributedDataParallel` while the dashboard
+# follows every rank.
 #
-# 四个进程组成一个真实的 gloo 进程组：`%%ddp` 在每个 rank 上运行同一个单元格，然后用 DistributedDataParallel 训练一个小模型。
+# **You will learn**
+# - how `%ddp_start` gives you ranks that form one gloo group, with `rank`, `world_size` and `dist` ready
+# - how `%%ddp` runs a cell on every rank and keeps each rank's variables between cells
+# - how `all_reduce` combines a value from every rank, and `%ddp_gather` brings values back
+# - how a DDP training looks on the live dashboard, and how `%ddp_stop` leaves nothing running
+#
+# **Study time:** about 15 minutes
+#
+# **Needs:** nothing beyond ddplab and torch · 4 ranks
+#
+# **You will see:** each rank's output apart, a sum over ranks, and a short DDP training on the live
+# dashboard.
 
 # %% [markdown] lang=zh
-# # ddplab 快速入门
+# # 第 0 课 · 快速入门
 #
-# **简而言之**：本机上的四个进程组成一个真实的 `torch.distributed` **gloo** 进程组。`%%ddp` 在每个进程（rank）上运行同一个单元格，每个 rank 的输出分开显示；最后用 `DistributedDataParallel` 训练一个小模型。
+# **简而言之**：本机上的四个进程组成一个真实的 `torch.distributed` **gloo** 进程组。`%%ddp` 在每个 rank 上运行同一个单元格，每个 rank 的输出分开显示；变量在两个单元格之间一直保留在各个 rank 中；最后用 `DistributedDataParallel` 训练一个小模型，仪表盘同时跟踪每个 rank。
+#
+# **你将学到**
+# - `%ddp_start` 怎样启动组成一个 gloo 进程组的多个 rank，并在其中备好 `rank`、`world_size` 和 `dist`
+# - `%%ddp` 怎样在每个 rank 上运行一个单元格，并在单元格之间保留每个 rank 的变量
+# - `all_reduce` 怎样把每个 rank 的值合起来，`%ddp_gather` 怎样把各 rank 的值取回 notebook
+# - 一次 DDP 训练在实时仪表盘上是什么样子，以及 `%ddp_stop` 怎样让一切停止运行
+#
+# **学习时间**：约 15 分钟
+#
+# **需要**：除 ddplab 和 torch 外无需其他 · 4 个 rank
+#
+# **你将看到**：每个 rank 分开显示的输出、对所有 rank 求和的结果，以及在实时仪表盘上观看的一次简短 DDP 训练。
 
 # %%
 %load_ext ddplab

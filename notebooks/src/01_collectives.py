@@ -8,20 +8,38 @@
 # point-to-point `send`/`recv`, and `barrier`. Data-parallel training (next lesson) is built from
 # exactly these.
 #
-# **简介。** 本机上的四个进程组成一个 **gloo 进程组**：每个进程知道自己的 `rank`（0..3）和 `world_size`（4），它们之间只通过*集合通信*交流——组内每个 rank 都要一起调用的操作。这一课把每个集合通信各运行一次，逐个 rank 画出调用前后各进程持有的数据：`broadcast`、`all_reduce`、`reduce_scatter`、`all_gather`、点对点的 `send`/`recv` 以及 `barrier`。下一课的数据并行训练正是由这些操作搭起来的。
+# **You will learn**
+# - what a process group is: ranks, `world_size`, and calls that every rank makes together
+# - what `broadcast`, `all_reduce`, `reduce_scatter` and `all_gather` leave on each rank, and how the last two make an all-reduce
+# - how to pass data around a ring with `isend` and `recv` without every rank waiting forever
+# - why every collective waits for the slowest rank, and what ddplab reports when ranks call different collectives
+#
+# **Study time:** about 35 minutes
+#
+# **Needs:** nothing beyond ddplab and torch · 4 ranks
 #
 # **You will see:** a before/after picture of every collective, and a timeline of a barrier.
 
 # %% [markdown] lang=zh
 # # 第 1 课 · 进程组与集合通信
 #
-# **简而言之**：本机上的四个进程加入同一个 **gloo 进程组**：每个进程（rank）都知道自己的编号 `rank`（0..3）和组的大小 `world_size`（4），它们之间只通过*集合通信*交流，也就是组内每个 rank 都要一起调用的操作。这一课把每个集合通信各运行一次，逐个 rank 看清每个进程在调用前后持有什么：`broadcast`、`all_reduce`、`reduce_scatter`、`all_gather`、点对点的 `send`/`recv`，以及 `barrier`。下一课的数据并行训练正是由这些操作搭建起来的。
+# **简而言之**：本机上的四个进程加入同一个 **gloo 进程组**：每个进程（rank）都知道自己的编号 `rank`（0..3）和组的大小 `world_size`（4），它们之间只通过*集合通信*交流，也就是组内每个 rank 都要一起调用的操作。这一课把每个集合通信各运行一次，逐个 rank 看清每个进程在调用前后持有什么：`broadcast`、`all_reduce`、`reduce_scatter`、`all_gather`，点对点的 `send`/`recv`，以及 `barrier`。下一课的数据并行训练正是由这些操作搭建起来的。
 #
-# **你将看到：** 每个集合通信调用前后的对比图，以及一次 barrier 的时间线。
+# **你将学到**
+# - 什么是进程组：rank、`world_size`，以及每个 rank 都要一起调用的操作
+# - `broadcast`、`all_reduce`、`reduce_scatter` 和 `all_gather` 在每个 rank 上留下什么，以及后两者怎样合成一次 all-reduce
+# - 怎样用 `isend` 和 `recv` 沿着环传递数据，而不让所有 rank 永远互相等待
+# - 为什么每个集合通信都要等最慢的 rank，以及各 rank 调用不同的集合通信时 ddplab 报告什么
+#
+# **学习时间**：约 35 分钟
+#
+# **需要**：除 ddplab 和 torch 外无需其他 · 4 个 rank
+#
+# **你将看到**：每个集合通信调用前后的对比图，以及一次 barrier 的时间线。
 
 # %%
 %load_ext ddplab
-from ddplab.lessons import draw, say
+from ddplab.lessons import check, draw, say
 
 # %% [markdown]
 # Start the group. (In the [Chinese edition](zh/01_collectives.ipynb) the dashboard and this
@@ -69,11 +87,20 @@ print("broadcast:", seen["broadcast"][1].tolist(), "· all_reduce:", x.tolist())
 # every rank ends with **all** of them. Together they make an `all_reduce` (which is how fast
 # all-reduce algorithms and sharded training such as FSDP work. gloo, the CPU backend, computes
 # `reduce_scatter` with an all-reduce underneath; NCCL on GPUs has a real one that sends half as much.)
+#
+# **Which torch.** The cell below calls `reduce_scatter_single` and `all_gather_single`, the
+# one-tensor forms: the input (or output) is a single tensor holding one chunk per rank. These names
+# are new in torch 2.13, the oldest torch ddplab installs with. On torch 2.12 and older the same
+# calls are `reduce_scatter_tensor` and `all_gather_into_tensor`; torch 2.13 still has those, as
+# deprecated aliases that print a `FutureWarning` and call the new ones. (`dist.all_gather` with a
+# list of tensors, one per rank, is the older list form and exists in both.)
 
 # %% [markdown] lang=zh
 # ## reduce_scatter 与 all_gather
 #
 # `reduce_scatter` 和 `all_reduce` 一样求和，但每个 rank 只保留和中**属于自己的那一段**：rank *r* 得到第 *r* 块。`all_gather` 方向相反：每个 rank 贡献一块，最后每个 rank 都拿到**全部**的块。两者合起来就是一次 `all_reduce`（快速的 all-reduce 算法和 FSDP 这类分片训练正是这样工作的。CPU 后端 gloo 在底层用一次 all-reduce 来计算 `reduce_scatter`；GPU 上的 NCCL 则有真正的 reduce-scatter，发送的数据量只有一半。）
+#
+# **需要哪个版本的 torch。** 下面的单元格调用 `reduce_scatter_single` 和 `all_gather_single`，也就是单张量的形式：输入（或输出）是一个张量，其中每个 rank 各占一块。这两个名字是 torch 2.13 新加的，而 2.13 正是 ddplab 安装时要求的最低版本。在 torch 2.12 及更早的版本里，同样的调用叫 `reduce_scatter_tensor` 和 `all_gather_into_tensor`；torch 2.13 仍然保留这两个名字，作为已弃用的别名：调用时打印一条 `FutureWarning`，再转去调用新名字。（传入张量列表、每个 rank 一个张量的 `dist.all_gather` 是更早的列表形式，两个版本里都有。）
 
 # %%
 %%ddp
@@ -155,13 +182,13 @@ print(say("every rank holds what the collective promised", "每个 rank 持有�
 # A collective finishes on a rank only once **every** rank has joined it. `barrier()` is a collective
 # with no data: here rank *r* first works for 0.2·*r* seconds, then waits at the barrier. The timeline
 # shows the waiting: all ranks leave together, when rank 3 arrives. (The same happens inside every
-# training step: the fastest rank waits for the slowest at the gradient all-reduce. Lesson 9 is about
+# training step: the fastest rank waits for the slowest at the gradient all-reduce. Lesson 10 is about
 # that.)
 
 # %% [markdown] lang=zh
 # ## barrier：所有人都等最慢的那个
 #
-# 只有当**每个** rank 都加入之后，集合通信才会在某个 rank 上完成。`barrier()` 是一个不带数据的集合通信：这里 rank *r* 先工作 0.2·*r* 秒，然后在 barrier 处等待。时间线把这段等待画了出来：rank 3 一到，所有 rank 一起离开。（每个训练步里都会发生同样的事：最快的 rank 在梯度的 all-reduce 处等待最慢的 rank。第 9 课专门讲这个问题。）
+# 只有当**每个** rank 都加入之后，集合通信才会在某个 rank 上完成。`barrier()` 是一个不带数据的集合通信：这里 rank *r* 先工作 0.2·*r* 秒，然后在 barrier 处等待。时间线把这段等待画了出来：rank 3 一到，所有 rank 一起离开。（每个训练步里都会发生同样的事：最快的 rank 在梯度的 all-reduce 处等待最慢的 rank。第 10 课专门讲这个问题。）
 
 # %%
 %%ddp
@@ -191,17 +218,19 @@ draw.timeline([[(start, end, kind[k], label) for start, end, k, label in e] for 
 # A collective only finishes when **every** rank of the group calls it. Here rank 2 skips the
 # barrier. Plain torch would let ranks 0, 1 and 3 wait for the group's timeout (30 minutes by
 # default), then fail with gloo's "Timed out waiting ... for recv operation". ddplab looks at each
-# rank's own stack while a cell runs: after about two seconds it sees three ranks waiting in
-# `barrier` for a rank that finished the cell, names them, and cuts the barrier short. The group is
-# formed again at once, and every rank keeps its variables.
+# rank's own stack while a cell runs: once ranks have waited in a collective for a second or two,
+# it sees three ranks waiting in `barrier` for a rank that finished the cell, names them, and cuts
+# the barrier short. The group is formed again at once, and every rank keeps its variables. The cell
+# is *meant* to fail: `%%ddp --expect CollectiveMismatch` shows ddplab's report as this lesson's
+# point instead of raising it.
 
 # %% [markdown] lang=zh
 # ## 某个 rank 跳过了集合通信
 #
-# 只有组内**每个** rank 都调用了集合通信，它才会完成。这里 rank 2 跳过了 barrier。如果只用 torch，rank 0、1 和 3 会一直等到进程组超时（默认 30 分钟），然后报出 gloo 的 "Timed out waiting ... for recv operation" 错误。ddplab 在单元格运行时查看每个 rank 自己的调用栈：大约两秒后，它发现有三个 rank 在 `barrier` 中等待一个已经运行完这个单元格的 rank，于是点名指出它们，并提前结束这次 barrier。进程组随即重新组建，每个 rank 都保留着自己的变量。
+# 只有组内**每个** rank 都调用了集合通信，它才会完成。这里 rank 2 跳过了 barrier。如果只用 torch，rank 0、1 和 3 会一直等到进程组超时（默认 30 分钟），然后报出 gloo 的 "Timed out waiting ... for recv operation" 错误。ddplab 在单元格运行时查看每个 rank 自己的调用栈：当有 rank 在集合通信中等了一两秒，它就发现有三个 rank 在 `barrier` 中等待一个已经运行完这个单元格的 rank，于是点名指出它们，并提前结束这次 barrier。进程组随即重新组建，每个 rank 都保留着自己的变量。这个单元格*本来就应该*失败：`%%ddp --expect CollectiveMismatch` 把 ddplab 的报告作为本课要看的内容显示出来，而不是抛出错误。
 
-# %% tags=["raises-exception"]
-%%ddp
+# %%
+%%ddp --expect CollectiveMismatch
 if rank != 2:
     dist.barrier()
 
@@ -212,8 +241,8 @@ if rank != 2:
 # %% [markdown] lang=zh
 # 当各个 rank 在同一处调用**不同的**集合通信时也是一样：这里 rank 0 调用 `broadcast`，其他 rank 调用 `all_reduce`（调用同一个集合通信、但张量的形状或 dtype 不同时，情况也一样）：
 
-# %% tags=["raises-exception"]
-%%ddp
+# %%
+%%ddp --expect CollectiveMismatch
 t = torch.ones(1)
 if rank == 0:
     dist.broadcast(t, src=0)
@@ -235,26 +264,71 @@ print(t.item())
 # %% [markdown]
 # ## Exercises
 #
-# 1. Change `all_reduce` to use `op=dist.ReduceOp.MAX`. What does every rank hold now? Predict it
-#    before you run the cell.
-# 2. Make rank 1 all-reduce a tensor of 3 values while the others all-reduce 2. What does ddplab
-#    report, and why can gloo not add them?
-# 3. Build `all_reduce` yourself from `reduce_scatter_single` and `all_gather_single` (the calls used
-#    above; torch 2.13 deprecates their older names, `reduce_scatter_tensor` and
-#    `all_gather_into_tensor`), and check it gives the same result as `dist.all_reduce`.
+# Write your answer in place of `...` and run the cell: `check` says whether it is right for this
+# run, and why. Try things out in cells of your own (`%%ddp` cells, before the last cell of the
+# lesson, `%ddp_stop`).
 #
-# ## 练习
-#
-# 1. 把 `all_reduce` 改为 `op=dist.ReduceOp.MAX`。先预测，再运行：每个 rank 得到什么？
-# 2. 让 rank 1 对含 3 个值的张量做 all-reduce，而其他 rank 用 2 个值。ddplab 报告了什么？为什么 gloo 无法把它们相加？
-# 3. 用 `reduce_scatter_single` 和 `all_gather_single`（上面用过的调用；torch 2.13 已弃用它们的旧名 `reduce_scatter_tensor` 和 `all_gather_into_tensor`）自己实现 `all_reduce`，并与 `dist.all_reduce` 的结果比较。
+# **1.1** Change the `all_reduce` of the first section to `op=dist.ReduceOp.MAX` (every rank starts
+# with `[10·rank, 10·rank + 1]`). What does every rank hold after it? Predict it before you run it.
+# Answer with a list of 2 numbers.
 
 # %% [markdown] lang=zh
 # ## 练习
 #
-# 1. 把 `all_reduce` 改为使用 `op=dist.ReduceOp.MAX`。现在每个 rank 持有什么？运行单元格之前先预测一下。
-# 2. 让 rank 1 对一个含 3 个值的张量做 all-reduce，而其他 rank 对含 2 个值的张量做 all-reduce。ddplab 报告了什么？为什么 gloo 无法把它们相加？
-# 3. 用 `reduce_scatter_single` 和 `all_gather_single`（上面用过的调用；torch 2.13 已弃用它们的旧名 `reduce_scatter_tensor` 和 `all_gather_into_tensor`）自己实现一个 `all_reduce`，并检查它的结果与 `dist.all_reduce` 相同。
+# 把 `...` 换成你的答案并运行单元格：`check` 会告诉你，对这次运行来说答案对不对，以及为什么。可以在你自己的单元格里动手试试（`%%ddp` 单元格，放在本课最后一个单元格 `%ddp_stop` 之前）。
+#
+# **1.1** 把第一节里的 `all_reduce` 改为 `op=dist.ReduceOp.MAX`（每个 rank 一开始都持有 `[10·rank, 10·rank + 1]`）。之后每个 rank 持有什么？运行之前先预测一下。请写一个含 2 个数的列表。
+
+# %%
+answer = ...    # a list of 2 numbers: what every rank holds after all_reduce with MAX
+check("1.1", answer, world_size=len(seen))
+
+# %% [markdown]
+# **1.2** Give `reduce_scatter_single` 8 values instead of 4: `chunks = torch.arange(8.0) + 10 * rank`
+# and `mine = torch.zeros(2)`. What does rank 1 hold after `dist.reduce_scatter_single(mine, chunks)`?
+# Answer with a list of 2 numbers.
+
+# %% [markdown] lang=zh
+# **1.2** 给 `reduce_scatter_single` 8 个值而不是 4 个：`chunks = torch.arange(8.0) + 10 * rank`，`mine = torch.zeros(2)`。执行 `dist.reduce_scatter_single(mine, chunks)` 之后，rank 1 持有什么？请写一个含 2 个数的列表。
+
+# %%
+answer = ...    # a list of 2 numbers: what rank 1 holds
+check("1.2", answer, world_size=len(seen))
+
+# %% [markdown]
+# **1.3** In the barrier cell, make rank *r* work `0.3 * rank` seconds instead of `0.2 * rank`.
+# About when do the ranks leave the barrier, in seconds on the timeline's clock (the common time
+# zero)? Answer with a number of seconds.
+
+# %% [markdown] lang=zh
+# **1.3** 在 barrier 那个单元格里，让 rank *r* 工作 `0.3 * rank` 秒，而不是 `0.2 * rank` 秒。各 rank 大约在什么时候离开 barrier（按时间线的时钟，也就是共同的时间零点算起的秒数）？请写一个秒数。
+
+# %%
+answer = ...    # seconds after the common time zero
+check("1.3", answer, world_size=len(events), left=min(e[-1][1] for e in events))
+
+# %% [markdown]
+# **1.4** Rank 1 all-reduces `torch.ones(3)` while the other ranks all-reduce `torch.ones(2)`. What
+# happens? Answer with a letter:
+#
+# - (a) gloo pads the shorter tensors with zeros, and every rank ends with `[4, 4, 1]`
+# - (b) nothing compares the sizes before sending: the ranks exchange pieces that do not fit
+#   together, so some ranks may even finish (with a result nobody should trust) while others wait
+#   for data that never comes, until ddplab names the mismatch (`CollectiveMismatch`) and cuts it
+#   short
+# - (c) torch compares the shapes of all ranks first, and every rank raises a `ValueError` before
+#   anything is sent
+
+# %% [markdown] lang=zh
+# **1.4** rank 1 对 `torch.ones(3)` 做 all-reduce，而其他 rank 对 `torch.ones(2)` 做 all-reduce。会发生什么？请写一个字母：
+#
+# - (a) gloo 用 0 把较短的张量补齐，每个 rank 最后都得到 `[4, 4, 1]`
+# - (b) 发送之前没有谁比较大小：各 rank 交换的数据块彼此对不上，所以有的 rank 甚至可能运行完（得到一个谁都不该相信的结果），而其他 rank 一直在等永远不会到来的数据，直到 ddplab 点名指出这个不匹配（`CollectiveMismatch`）并提前结束它
+# - (c) torch 先比较所有 rank 的形状，每个 rank 都在发送任何数据之前抛出 `ValueError`
+
+# %%
+answer = ...    # a letter: "a", "b" or "c"
+check("1.4", answer)
 
 # %%
 %ddp_stop

@@ -9,7 +9,15 @@
 # so every rank gets as many (or drops some, with `drop_last=True`). With a `DataLoader`, each step
 # reads `batch_size` samples on every rank: the global batch is `batch_size × world_size`.
 #
-# **简介。** 数据并行要求每个 rank 读取数据集中*不同*的部分，合起来正好是全部数据。`DistributedSampler` 就是做这件事的：每个 rank 用**相同的方式**（相同的种子）打乱索引，然后从自己的 `rank` 开始，每隔 `world_size` 个取一个索引。打乱用的种子是 `seed + epoch`，所以如果不在每个 epoch 调用 `sampler.set_epoch(epoch)`，每个 epoch 的顺序都一样。数据集不能整除时，采样器会**重复几个样本**，让每个 rank 拿到同样多的样本（或者用 `drop_last=True` 丢掉几个）。配合 `DataLoader`，每一步每个 rank 读取 `batch_size` 个样本：全局批次是 `batch_size × world_size`。
+# **You will learn**
+# - how `DistributedSampler` splits a data set between ranks without any communication
+# - why you must call `set_epoch(epoch)`, and what happens to training if you forget
+# - what the padding (or `drop_last=True`) does when the data set does not divide evenly, and what it does to an evaluation
+# - what the global batch is, and how it changes with the number of ranks
+#
+# **Study time:** about 30 minutes
+#
+# **Needs:** nothing beyond ddplab and torch · 4 ranks
 #
 # **You will see:** which rank gets which sample, epoch by epoch, without and with `set_epoch`; the
 # repeated samples; what `drop_last=True` leaves out; one global batch, rank by rank.
@@ -19,11 +27,21 @@
 #
 # **简而言之**：数据并行要求每个进程（rank）读取数据集中*不同*的部分，而所有 rank 合起来正好读完全部数据。`DistributedSampler` 做的就是这件事：每个 rank 都用**相同的方式**（相同的种子）打乱索引，然后从自己的 `rank` 开始，每隔 `world_size` 个取一个索引。打乱用的种子是 `seed + epoch`，所以如果不调用 `sampler.set_epoch(epoch)`，每个 epoch 都会重复同样的顺序。数据集不能被均分时，采样器会**重复几个样本**，让每个 rank 拿到一样多的样本（设置 `drop_last=True` 时则丢掉几个）。配合 `DataLoader` 使用时，每一步每个 rank 读取 `batch_size` 个样本：全局批次是 `batch_size × world_size`。
 #
-# **你将看到：** 不调用和调用 `set_epoch` 时，每个 epoch 里哪个 rank 拿到哪个样本；被重复的样本；`drop_last=True` 漏掉了哪些样本；以及逐个 rank 拆开的一个全局批次。
+# **你将学到**
+# - `DistributedSampler` 怎样在不做任何通信的情况下把数据集分给各个 rank
+# - 为什么必须调用 `set_epoch(epoch)`，忘了调用时训练会怎样
+# - 数据集不能被均分时，填充（或 `drop_last=True`）做了什么，又会给评估带来什么影响
+# - 什么是全局批次，它怎样随 rank 的数量变化
+#
+# **学习时间**：约 30 分钟
+#
+# **需要**：除 ddplab 和 torch 外无需其他 · 4 个 rank
+#
+# **你将看到**：不调用和调用 `set_epoch` 时，每个 epoch 里哪个 rank 拿到哪个样本；被重复的样本；`drop_last=True` 漏掉了哪些样本；以及逐个 rank 拆开的一个全局批次。
 
 # %%
 %load_ext ddplab
-from ddplab.lessons import draw, say
+from ddplab.lessons import check, draw, say
 
 # %%
 %ddp_start 4
@@ -33,12 +51,14 @@ from ddplab.lessons import draw, say
 #
 # The data set here is just the numbers 0..21 (a sampler only deals in indices). Each rank makes a
 # `DistributedSampler` and lists the indices it gets, for 3 epochs: once **without** calling
-# `set_epoch`, once **with** `set_epoch(epoch)` at the start of every epoch.
+# `set_epoch`, once **with** `set_epoch(epoch)` at the start of every epoch. (ddplab notices the
+# sampler iterated again without `set_epoch` and says so under the cell, on stderr: that hint is
+# expected here.)
 
 # %% [markdown] lang=zh
 # ## 4 个 rank 分 22 个样本
 #
-# 这里的数据集就是数字 0..21（采样器只和索引打交道）。每个 rank 创建一个 `DistributedSampler`，列出它在 3 个 epoch 中拿到的索引：一次**不调用** `set_epoch`，一次在每个 epoch 开始时**调用** `set_epoch(epoch)`。
+# 这里的数据集就是数字 0..21（采样器只和索引打交道）。每个 rank 创建一个 `DistributedSampler`，列出它在 3 个 epoch 中拿到的索引：一次**不调用** `set_epoch`，一次在每个 epoch 开始时**调用** `set_epoch(epoch)`。（ddplab 会发现采样器在没有调用 `set_epoch` 的情况下被再次遍历，并在单元格下方（通过 stderr）给出提示：这里出现这条提示是预料之中的。）
 
 # %%
 %%ddp
@@ -61,13 +81,12 @@ print(f"without        = {without}")
 print(f"with_set_epoch = {with_set_epoch}")
 
 # %% [markdown]
-# (ddplab noticed the sampler iterated again without `set_epoch` and said so under the cell.) Draw
-# it: one row per epoch, one column per sample index, each box coloured by the rank that reads
+# Draw it: one row per epoch, one column per sample index, each box coloured by the rank that reads
 # that sample, and the number in it is *when* that rank reads it (0 = first). A black dot marks a
 # sample read twice in the epoch: the padding.
 
 # %% [markdown] lang=zh
-# （ddplab 发现采样器在没有调用 `set_epoch` 的情况下被再次遍历，已在单元格下方提示。）画出来：每个 epoch 一行，每个样本索引一列；每个格子的颜色表示读取该样本的 rank，格子里的数字表示这个 rank *第几个*读到它（0 表示第一个）。黑点标出在这个 epoch 中被读了两次的样本，也就是填充出来的样本。
+# 画出来：每个 epoch 一行，每个样本索引一列；每个格子的颜色表示读取该样本的 rank，格子里的数字表示这个 rank *第几个*读到它（0 表示第一个）。黑点标出在这个 epoch 中被读了两次的样本，也就是填充出来的样本。
 
 # %%
 without = %ddp_gather without
@@ -231,26 +250,62 @@ print(say("every step, 4 ranks × 3 samples: a global batch of 12", "每一步 4
 # %% [markdown]
 # ## Exercises
 #
-# 1. Give rank 2 `seed=1` and the others `seed=0`. Which checks above fail, and what would training
-#    see? (Draw the partitions: some samples are read twice, others never.)
-# 2. Take `N = 23`. How many samples does each rank get with and without `drop_last`, and how many are
-#    repeated or left out? Predict, then check with `len(sampler)`.
-# 3. Evaluation with the padding: compute the mean of `data` (0..21, mean 10.5) by letting each rank
-#    sum the samples its sampler gives and `all_reduce` the sums and counts. What do you get, and how
-#    would you fix it?
+# Write your answer in place of `...` and run the cell: `check` says whether it is right for this
+# run, and why. Try things out in cells of your own (before the last cell, `%ddp_stop`): a sampler
+# needs no pool, `DistributedSampler(data, num_replicas=4, rank=r, ...)` works in the notebook too.
 #
-# ## 练习
-#
-# 1. 让 rank 2 使用 `seed=1`，其他 rank 使用 `seed=0`。上面哪些检查会失败？训练时会发生什么？（画出分区图：有的样本被读两次，有的从未被读。）
-# 2. 取 `N = 23`。有无 `drop_last` 时，每个 rank 各拿到多少个样本？有多少个被重复或被丢弃？先预测，再用 `len(sampler)` 验证。
-# 3. 带填充的评估：让每个 rank 对采样器给出的样本求和，再用 `all_reduce` 汇总和与个数，计算 `data`（0..21，均值 10.5）的均值。结果是多少？应该怎样修正？
+# **3.1** Take `N = 23` samples on the 4 ranks. Without `drop_last`: how many samples does each rank
+# get, and how many samples are read twice in an epoch? With `drop_last=True`: how many per rank,
+# and how many samples are left out? Predict, then check with `len(sampler)`. Answer with a list of 4
+# whole numbers: `[per rank, read twice, per rank with drop_last, left out]`.
 
 # %% [markdown] lang=zh
 # ## 练习
 #
-# 1. 让 rank 2 使用 `seed=1`，其他 rank 使用 `seed=0`。上面哪些检查会失败？训练会受到什么影响？（画出分区图：有的样本被读了两次，有的从来没被读到。）
-# 2. 取 `N = 23`。使用和不使用 `drop_last` 时，每个 rank 各拿到多少个样本？有多少个样本被重复或被漏掉？先预测，再用 `len(sampler)` 验证。
-# 3. 带填充的评估：让每个 rank 对自己的采样器给出的样本求和，再用 `all_reduce` 汇总各 rank 的和与个数，以此计算 `data`（0..21，均值 10.5）的均值。你得到的是多少？应该怎样修正？
+# 把 `...` 换成你的答案并运行单元格：`check` 会告诉你，对这次运行来说答案对不对，以及为什么。可以在你自己的单元格里动手试试（放在最后一个单元格 `%ddp_stop` 之前）：采样器不需要进程池，`DistributedSampler(data, num_replicas=4, rank=r, ...)` 在 notebook 里也能用。
+#
+# **3.1** 在 4 个 rank 上取 `N = 23` 个样本。不设 `drop_last` 时：每个 rank 拿到多少个样本？一个 epoch 中有多少个样本被读了两次？设置 `drop_last=True` 时：每个 rank 多少个？有多少个样本被漏掉？先预测，再用 `len(sampler)` 验证。请写一个含 4 个整数的列表：`[每个 rank 的个数, 读了两次的个数, drop_last 时每个 rank 的个数, 漏掉的个数]`。
+
+# %%
+answer = ...    # [per rank, read twice, per rank with drop_last, left out]
+check("3.1", answer, N=23, world_size=len(without))
+
+# %% [markdown]
+# **3.2** Evaluation with the padding: to compute the mean of `data` (0..21, whose mean is 10.5),
+# each rank sums the values its sampler gives in epoch 0 (with `set_epoch(0)`) and counts them, and
+# an `all_reduce` adds up the sums and the counts of the 4 ranks. What mean does that give? (The
+# black dots of epoch 0 in the pictures above mark the samples read twice.) Answer with a number.
+
+# %% [markdown] lang=zh
+# **3.2** 带填充的评估：为了计算 `data`（0..21，均值为 10.5）的均值，每个 rank 对自己的采样器在 epoch 0（调用 `set_epoch(0)`）给出的值求和并计数，再用一次 `all_reduce` 把 4 个 rank 的和与个数分别相加。这样算出的均值是多少？（上面图中 epoch 0 那一行的黑点，标出了被读两次的样本。）请写一个数。
+
+# %%
+answer = ...    # the mean the 4 ranks compute together
+check("3.2", answer, orders=with_set_epoch, N=22)
+
+# %% [markdown]
+# **3.3** Give rank 2 `seed=1` and the other ranks `seed=0`. In epoch 0, how many of the 22 samples
+# does **no** rank read? (Which checks above would fail, and would training warn you?) Answer with
+# a whole number.
+
+# %% [markdown] lang=zh
+# **3.3** 让 rank 2 使用 `seed=1`，其他 rank 使用 `seed=0`。在 epoch 0 中，22 个样本里有多少个**没有任何** rank 读到？（上面哪些检查会失败？训练时会有任何提示吗？）请写一个整数。
+
+# %%
+answer = ...    # samples no rank reads in epoch 0
+check("3.3", answer, N=22, world_size=len(without), odd_rank=2)
+
+# %% [markdown]
+# **3.4** The training above used `batch_size=3` on 4 ranks. You move it to 2 ranks and want the
+# same global batch (and so the same learning rate). Which `batch_size` must the `DataLoader` get?
+# Answer with a whole number.
+
+# %% [markdown] lang=zh
+# **3.4** 上面的训练在 4 个 rank 上使用 `batch_size=3`。现在把它搬到 2 个 rank 上，并且希望全局批次不变（这样学习率也可以不变）。`DataLoader` 的 `batch_size` 应该设为多少？请写一个整数。
+
+# %%
+answer = ...    # the batch_size on 2 ranks
+check("3.4", answer, batch_size=3, world_size=len(batches), new_ranks=2)
 
 # %%
 %ddp_stop

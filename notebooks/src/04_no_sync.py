@@ -9,29 +9,38 @@
 # that this gives the same parameters as all-reducing every time, and as one big batch, while
 # counting (and timing) the all-reduces.
 #
-# **简介。** 一个批次放不进内存时，可以把它切成 `K` 个**微批次**（micro-batch），对每个调用 `backward()`：
-# 梯度在 `p.grad` 中*累加*，然后做一次优化器更新。使用 DDP 时，每次 `backward()` 都会对梯度做
-# all-reduce，所以累积 4 个微批次要做 4 次 all-reduce，而其实 1 次就够了。在 `with model.no_sync():`
-# 里面，DDP 跳过 all-reduce，只做累加；最后一个微批次放在外面，对累加的梯度只做一次 all-reduce。
-# 这一课验证它与每次都 all-reduce、与一个大批次得到相同的参数，同时统计（并计时）all-reduce 的次数。
+# **You will learn**
+# - why DDP all-reduces at every `backward()`, and how `no_sync()` lets micro-batches accumulate without it
+# - why the forward pass must run inside `no_sync()` too, and the right code pattern
+# - how DDP cuts the gradients into buckets (a bucket closes once it holds at least its cap) and overlaps their all-reduces with `backward()`
+# - how to read a step's forward, backward and all-reduces on ddplab's timeline
+#
+# **Study time:** about 45 minutes
+#
+# **Needs:** nothing beyond ddplab and torch · 4 ranks
 #
 # **You will see:** all-reduce calls and seconds per setting, side by side as bars.
 
 # %% [markdown] lang=zh
 # # 第 4 课 · 用 no_sync 做梯度累积
 #
-# **简而言之**：一个批次放不进内存时，可以把它切成 `K` 个**微批次**（micro-batch），对每个微批次
-# 调用一次 `backward()`：梯度在 `p.grad` 中*累加*起来，然后只做一次优化器更新。使用 DDP 时，每次
-# `backward()` 还会对梯度做一次 all-reduce，所以累积 4 个微批次要做 4 次 all-reduce，而其实 1 次
-# 就够了。在 `with model.no_sync():` 里面，DDP 跳过 all-reduce，只做累加；最后一个微批次放在它
-# 外面，对累加好的梯度只做一次 all-reduce。这一课一边统计（并计时）all-reduce 的次数，一边验证：
-# 这样得到的参数，与每个微批次都 all-reduce、与直接用一个大批次训练，完全相同。
+# **简而言之**：一个批次放不进内存时，可以把它切成 `K` 个**微批次**（micro-batch），对每个微批次调用一次 `backward()`：梯度在 `p.grad` 中*累加*起来，然后只做一次优化器更新。使用 DDP 时，每次 `backward()` 还会对梯度做一次 all-reduce，所以累积 4 个微批次要做 4 次 all-reduce，而其实 1 次就够了。在 `with model.no_sync():` 里面，DDP 跳过 all-reduce，只做累加；最后一个微批次放在它外面，对累加好的梯度只做一次 all-reduce。这一课一边统计（并计时）all-reduce 的次数，一边验证：这样得到的参数，与每个微批次都 all-reduce、与直接用一个大批次训练，完全相同。
+#
+# **你将学到**
+# - 为什么 DDP 在每次 `backward()` 时都做 all-reduce，以及 `no_sync()` 怎样让微批次只累加、不通信
+# - 为什么前向计算也必须放在 `no_sync()` 里面，以及正确的写法
+# - DDP 怎样把梯度分成桶（一个桶装到至少达到上限时封口），并让桶的 all-reduce 与 `backward()` 重叠
+# - 怎样在 ddplab 的时间线上读出一步中的前向、反向和 all-reduce
+#
+# **学习时间**：约 45 分钟
+#
+# **需要**：除 ddplab 和 torch 外无需其他 · 4 个 rank
 #
 # **你将看到**：每种做法的 all-reduce 次数和耗时，并排画成柱状图。
 
 # %%
 %load_ext ddplab
-from ddplab.lessons import draw, say
+from ddplab.lessons import check, draw, say
 
 # %%
 %ddp_start 4
@@ -54,10 +63,7 @@ from ddplab.lessons import draw, say
 # %% [markdown] lang=zh
 # ## 由 K = 4 个微批次完成一次优化器更新：三种做法
 #
-# 模型是 MLP 784-512-512-10（`ddplab.workloads.mlp`，669,706 个参数：每步要 all-reduce 2.7 MB 的
-# float32 梯度）。每个进程（rank）在 16 个样本的微批次上训练，每次优化器更新用 4 个微批次：在第 *s*
-# 步，四个 rank 一共读取 256 个样本，rank *r* 读其中属于自己的连续 64 个（`micro_batches(step)`）。
-# 三种做法是：
+# 模型是 MLP 784-512-512-10（`ddplab.workloads.mlp`，669,706 个参数：每步要 all-reduce 2.7 MB 的 float32 梯度）。每个进程（rank）在 16 个样本的微批次上训练，每次优化器更新用 4 个微批次：在第 *s* 步，四个 rank 一共读取 256 个样本，rank *r* 读其中属于自己的连续 64 个（`micro_batches(step)`）。三种做法是：
 #
 # * **每个微批次都同步**：普通的 DDP，对每个微批次调用 `backward()`（DDP 每次都做 all-reduce）；
 # * **no_sync**：前 3 次 `backward()` 放在 `model.no_sync()` 里面，最后一次放在外面；
@@ -116,8 +122,7 @@ def fresh(way):
 # DDP's all-reduce calls step by step, and compare the parameters each way ends with (on every rank).
 
 # %% [markdown] lang=zh
-# 每种做法都从相同的初始参数出发，在相同的数据上训练 3 次优化器更新。逐步统计 DDP 的 all-reduce
-# 调用次数，并比较每种做法最后得到的参数（在每个 rank 上都比较）。
+# 每种做法都从相同的初始参数出发，在相同的数据上训练 3 次优化器更新。逐步统计 DDP 的 all-reduce 调用次数，并比较每种做法最后得到的参数（在每个 rank 上都比较）。
 
 # %%
 %%ddp
@@ -131,6 +136,7 @@ for way in WAYS:
         calls[way].append(counter.calls - before)           # all-reduce calls in this step
     params[way] = flat_params(model.module)
 bucket_sizes = counter.sizes[-2:]                           # the last step's all-reduces: the buckets
+first_cap = dist._DEFAULT_FIRST_BUCKET_BYTES                # DDP's default cap of its first bucket
 gap_no_sync = (params["no_sync"] - params["sync every micro-batch"]).abs().max().item()
 gap_big = (params["one big batch"] - params["sync every micro-batch"]).abs().max().item()
 
@@ -138,6 +144,8 @@ gap_big = (params["one big batch"] - params["sync every micro-batch"]).abs().max
 calls = %ddp_gather calls
 gaps = %ddp_gather (gap_no_sync, gap_big)
 bucket_sizes = %ddp_gather bucket_sizes
+first_cap = %ddp_gather first_cap
+first_cap = first_cap[0]
 assert all(c == calls[0] for c in calls)                            # every rank made the same calls
 calls, buckets = calls[0], len(bucket_sizes[0])
 names = {"sync every micro-batch": say("sync every micro-batch", "每个微批次都同步"),
@@ -150,49 +158,140 @@ assert calls["sync every micro-batch"][1:] == [4 * buckets] * 2     # K × bucke
 assert calls["no_sync"][1:] == calls["one big batch"][1:] == [buckets] * 2  # 1 × buckets per step
 assert calls["sync every micro-batch"][0] == 1 + 3 * buckets and calls["no_sync"][0] == 1  # step 0: one bucket
 assert all(g_ns < 1e-5 and g_big < 1e-5 for g_ns, g_big in gaps), gaps    # the same parameters
+assert 4 * bucket_sizes[0][0] >= first_cap > 4 * (bucket_sizes[0][0] - 512 * 512)   # closed by the 512×512 matrix
 print(say(f"{buckets} buckets: {4 * buckets} all-reduce calls per step syncing every micro-batch, {buckets} with "
           f"no_sync, as for one big batch; on every rank the parameters of the three ways agree to "
           f"{max(max(g) for g in gaps):.1e}",
           f"{buckets} 个桶：每个微批次都同步时每步 {4 * buckets} 次 all-reduce，no_sync 每步 {buckets} 次，与一个大批次"
           f"相同；在每个 rank 上，三种做法得到的参数相差不超过 {max(max(g) for g in gaps):.1e}"))
+print(say(f"the buckets from step 1 on: {bucket_sizes[0][0]:,} gradients = {4 * bucket_sizes[0][0]:,} bytes, then "
+          f"{bucket_sizes[0][1]:,} = {4 * bucket_sizes[0][1]:,} bytes; the first bucket's cap is {first_cap:,} bytes",
+          f"从第 1 步起的桶：{bucket_sizes[0][0]:,} 个梯度 = {4 * bucket_sizes[0][0]:,} 字节，然后是 "
+          f"{bucket_sizes[0][1]:,} 个 = {4 * bucket_sizes[0][1]:,} 字节；第一个桶的上限是 {first_cap:,} 字节"))
 
 # %% [markdown]
-# DDP all-reduces gradients in **buckets**, and `CommCounter` sees one call per bucket. From step 1
-# on, this model has 2 buckets: one of 267,786 gradients (the last two layers: their gradients are
-# ready first in `backward()`, and DDP keeps its first bucket small, 1 MB, so that communication
-# starts early) and one of 401,920 (the first layer). So syncing every micro-batch costs 4 × 2 = 8
-# calls per step, `no_sync` 2, like one big batch. Step 0 is different: in its first iteration DDP
-# does not know yet in which order the gradients become ready, so it puts **all** gradients in one
-# bucket; at the next forward it **rebuilds** its buckets in the order it saw (hence 1 + 3 × 2 = 7
-# calls, and 1).
+# DDP all-reduces gradients in **buckets**, and `CommCounter` sees one call per bucket. DDP fills a
+# bucket with whole gradients, in the order they become ready in `backward()`, and closes it once
+# it holds **at least** its cap: by default (`bucket_cap_mb=None`) 1 MiB for the first bucket
+# (`dist._DEFAULT_FIRST_BUCKET_BYTES`, 1,048,576 bytes), so that communication starts early, and
+# 25 MiB for the others. The cap is not a maximum. From step 1 on, this model has 2 buckets (the
+# sizes printed above): the first takes the gradients of the last layer, which are ready first, and
+# of the 512×512 middle layer; it reaches 1 MiB only with the middle layer's weight matrix, which
+# goes in whole, so it closes at 267,786 gradients, 1,071,144 bytes (1.07 MB), a little more than
+# its cap. The second holds the rest, the first layer's 401,920 gradients (1.61 MB). So syncing
+# every micro-batch costs 4 × 2 = 8 calls per step, `no_sync` 2, like one big batch. Step 0 is
+# different: in its first iteration DDP does not know yet in which order the gradients become
+# ready, so it puts **all** gradients in one bucket; at the next forward it **rebuilds** its buckets
+# in the order it saw (hence 1 + 3 × 2 = 7 calls, and 1).
 #
 # Why does it work? DDP's all-reduce *averages* and is linear: averaging 4 gradients one at a time
 # and adding them up gives the same as adding them up and averaging once. `no_sync` only delays the
 # all-reduce until the gradients are complete. (The catch: between micro-batches the ranks' `p.grad`
 # differ, so do not use them, e.g. for gradient clipping, until after the last `backward()`.)
+
+# %% [markdown] lang=zh
+# DDP 按**桶**（bucket）对梯度做 all-reduce，`CommCounter` 每个桶看到一次调用。DDP 按梯度在 `backward()` 中就绪的顺序，把完整的梯度装进桶里，装到**至少**达到上限时就封口：默认情况下（`bucket_cap_mb=None`），第一个桶的上限是 1 MiB（`dist._DEFAULT_FIRST_BUCKET_BYTES`，即 1,048,576 字节），好让通信尽早开始，其余的桶是 25 MiB。上限并不是最大值。从第 1 步起，这个模型有 2 个桶（大小见上面打印的结果）：第一个桶装最后一层的梯度（它们最先就绪），再装 512×512 的中间层的梯度；直到放进中间层的权重矩阵它才达到 1 MiB，而这个矩阵是整个放进去的，所以它封口时有 267,786 个梯度、1,071,144 字节（1.07 MB），比上限略大。第二个桶装其余的梯度，也就是第一层的 401,920 个（1.61 MB）。所以每个微批次都同步时每步要 4 × 2 = 8 次调用，`no_sync` 只要 2 次，与一个大批次相同。第 0 步有所不同：在第一次迭代中，DDP 还不知道梯度按什么顺序就绪，所以把**全部**梯度放进一个桶；到下一次前向计算时，它再按观察到的顺序**重建**各个桶（所以是 1 + 3 × 2 = 7 次调用，以及 1 次）。
 #
+# 为什么这样可行？DDP 的 all-reduce 做的是*平均*，而且是线性的：把 4 个梯度逐个平均再相加，与先相加再平均一次，结果相同。`no_sync` 只是把 all-reduce 推迟到梯度完整之后再做。（需要注意的是：在两个微批次之间，各 rank 的 `p.grad` 并不相同，所以在最后一次 `backward()` 之前不要使用它们，例如不要在这时做梯度裁剪。）
+
+# %% [markdown]
+# ## Why the forward goes inside `no_sync()` too
+#
+# `no_sync()` only sets a flag, `model.require_backward_grad_sync = False`, and restores it when the
+# block ends. DDP reads that flag in its **forward**, not in backward: at the end of `model(x)`, if
+# the flag is `True` (and autograd is on), DDP calls `reducer.prepare_for_backward(...)`, which
+# arms the reducer for the coming backward: each gradient's hook then marks it ready, and a full
+# bucket is all-reduced. After a forward inside `no_sync()` nothing is armed, and the hooks return
+# at once (in torch's C++ reducer they check `expect_autograd_hooks_`, which `prepare_for_backward`
+# sets and the end of the synced backward clears). So what decides is where the **forward** ran: a
+# `backward()` inside `no_sync()` after a forward outside it all-reduces as usual. (`_DDPSink`, the
+# autograd function DDP may put on the outputs, decides nothing here: DDP adds it only with
+# `find_unused_parameters=True`, or in the first iteration with `static_graph=True`. All this is
+# DDP's usual C++ reducer; only with torch.compile's `optimize_ddp="python_reducer"` mode do Python
+# hooks read the flag during backward.) torch's own
+# docstring of `no_sync` warns: "The forward pass should be included inside the context manager, or
+# else gradients will still be synchronized." The pattern, as `train_step` does it:
+#
+# ```python
+# with model.no_sync():                       # micro-batches 0 .. K-2
+#     loss = loss_fn(model(x), y) / K         # forward inside: no all-reduce is prepared
+#     loss.backward()                         # the gradient only adds up in p.grad
+# loss = loss_fn(model(x_last), y_last) / K   # the last micro-batch: forward outside
+# loss.backward()                             # all-reduces the accumulated gradients, bucket by bucket
+# ```
+#
+# The next cell tries three placements on one micro-batch of a model whose buckets are settled,
+# and counts DDP's all-reduces for each.
+
+# %% [markdown] lang=zh
+# ## 为什么前向计算也要放在 `no_sync()` 里面
+#
+# `no_sync()` 只是设置一个标志 `model.require_backward_grad_sync = False`，并在代码块结束时把它恢复原值。DDP 是在**前向计算**中读取这个标志的，而不是在反向传播中：在 `model(x)` 的最后，如果标志为 `True`（并且 autograd 开着），DDP 就调用 `reducer.prepare_for_backward(...)`，为接下来的反向传播做好准备：之后每个梯度的钩子把它标记为就绪，装满的桶就会被 all-reduce。如果前向计算是在 `no_sync()` 里面做的，就什么也没有准备，钩子会立即返回（在 torch 的 C++ reducer 里，钩子检查 `expect_autograd_hooks_`，这个标志由 `prepare_for_backward` 设置，并在同步的反向传播结束时清除）。所以起决定作用的是**前向计算**在哪里运行：前向在 `no_sync()` 外面、`backward()` 在里面，照样会做 all-reduce。（`_DDPSink` 是 DDP 可能加在输出上的一个 autograd 函数，它在这里不起决定作用：只有设置 `find_unused_parameters=True`，或者在 `static_graph=True` 的第一次迭代中，DDP 才会加上它。以上说的都是 DDP 平常使用的 C++ reducer；只有在 torch.compile 的 `optimize_ddp="python_reducer"` 模式下，才由 Python 钩子在反向传播中读取这个标志。）torch 自己在 `no_sync` 的文档字符串里也提醒："The forward pass should be included inside the context manager, or else gradients will still be synchronized."（前向计算应该放在这个上下文管理器里面，否则梯度仍然会被同步。）正确的写法，也就是 `train_step` 的做法：
+#
+# ```python
+# with model.no_sync():                       # 微批次 0 .. K-2
+#     loss = loss_fn(model(x), y) / K         # 前向在里面：不为 all-reduce 做准备
+#     loss.backward()                         # 梯度只在 p.grad 中累加
+# loss = loss_fn(model(x_last), y_last) / K   # 最后一个微批次：前向在外面
+# loss.backward()                             # 逐个桶地 all-reduce 累积的梯度
+# ```
+#
+# 下一个单元格在一个桶已经确定的模型上，用一个微批次试三种放法，并分别统计 DDP 的 all-reduce 次数。
+
+# %%
+%%ddp
+model, opt, counter = fresh("no_sync")
+train_step(model, opt, 0, "no_sync")                 # step 0: DDP settles its buckets
+x, y = micro_batches(1)[0]
+placed = {}
+
+counter.reset()
+loss = loss_fn(model(x), y) / K                      # forward OUTSIDE no_sync: DDP prepares an all-reduce
+with model.no_sync():
+    loss.backward()                                  # ... which this backward makes, no_sync or not
+placed["forward outside, backward inside"] = counter.calls
+
+counter.reset()
+with model.no_sync():
+    loss = loss_fn(model(x), y) / K                  # forward inside: nothing prepared
+loss.backward()                                      # so this backward sends nothing, though outside
+placed["forward inside, backward outside"] = counter.calls
+
+counter.reset()
+with model.no_sync():
+    loss = loss_fn(model(x), y) / K
+    loss.backward()                                  # both inside: nothing sent
+placed["both inside"] = counter.calls
+opt.zero_grad()
+
+# %%
+placed = %ddp_gather placed
+assert all(p == placed[0] for p in placed), placed              # the same on every rank
+placed = placed[0]
+assert placed == {"forward outside, backward inside": buckets, "forward inside, backward outside": 0,
+                  "both inside": 0}, placed
+where = {"forward outside, backward inside": say("forward outside no_sync, backward inside",
+                                                 "前向在 no_sync 外面，反向在里面"),
+         "forward inside, backward outside": say("forward inside, backward outside", "前向在里面，反向在外面"),
+         "both inside": say("both inside", "两者都在里面")}
+for k in where:
+    print(say(f"{where[k]}: {placed[k]} all-reduce calls", f"{where[k]}：{placed[k]} 次 all-reduce"))
+print(say(f"only the forward's place counts: the forward outside no_sync() made its backward all-reduce all "
+          f"{buckets} buckets, although that backward ran inside no_sync()",
+          f"只有前向计算的位置起作用：前向在 no_sync() 外面时，它的反向传播 all-reduce 了全部 {buckets} 个桶，"
+          "尽管这次反向传播是在 no_sync() 里面运行的"))
+
+# %% [markdown]
 # ## Timing it
 #
 # Now time 6 optimizer steps each way (3 repeats, after a warm-up step; the median, of the slowest
-# rank). Each all-reduce moves 2.7 MB between 4 processes that share this machine's cores.
+# rank). Each step all-reduces 2.7 MB of gradients between 4 processes that share this machine's
+# cores.
 
 # %% [markdown] lang=zh
-# DDP 按**桶**（bucket）对梯度做 all-reduce，`CommCounter` 每个桶看到一次调用。从第 1 步起，这个模型
-# 有 2 个桶：一个装 267,786 个梯度（最后两层：它们的梯度在 `backward()` 中最先算好，而且 DDP 把第一个
-# 桶设得很小，只有 1 MB，好让通信尽早开始），另一个装 401,920 个（第一层）。所以每个微批次都同步时
-# 每步要 4 × 2 = 8 次调用，`no_sync` 只要 2 次，与一个大批次相同。第 0 步有所不同：在第一次迭代中，
-# DDP 还不知道梯度按什么顺序就绪，所以把**全部**梯度放进一个桶；到下一次前向计算时，它再按观察到的
-# 顺序**重建**各个桶（所以是 1 + 3 × 2 = 7 次调用，以及 1 次）。
-#
-# 为什么这样可行？DDP 的 all-reduce 做的是*平均*，而且是线性的：把 4 个梯度逐个平均再相加，与先相加
-# 再平均一次，结果相同。`no_sync` 只是把 all-reduce 推迟到梯度完整之后再做。（需要注意的是：在两个
-# 微批次之间，各 rank 的 `p.grad` 并不相同，所以在最后一次 `backward()` 之前不要使用它们，例如不要
-# 在这时做梯度裁剪。）
-#
 # ## 计时
 #
-# 现在对每种做法计时 6 次优化器更新（先做一步预热，再重复 3 次；取最慢那个 rank 的中位数）。每次
-# all-reduce 要在共享本机 CPU 核的 4 个进程之间传送 2.7 MB。
+# 现在对每种做法计时 6 次优化器更新（先做一步预热，再重复 3 次；取最慢那个 rank 的中位数）。每一步都要在共享本机 CPU 核的 4 个进程之间 all-reduce 2.7 MB 的梯度。
 
 # %%
 %%ddp
@@ -373,15 +472,16 @@ for r, b in parts.items():
 #
 # Buckets are DDP's unit of communication, and `bucket_cap_mb` sets their size: DDP fills a bucket
 # with whole gradients in the order they become ready, and closes it once it holds at least that many
-# megabytes (by default the first bucket closes at 1 MB, so that communication starts early, and
-# the others at 25 MB). A smaller cap makes more, smaller buckets: the first one goes out sooner,
-# and every one pays the fixed cost of an all-reduce (lesson 11 measures it). Here are the same 6
-# steps with `bucket_cap_mb=0.01` (10 kB), and the buckets of each step read from the two timelines.
+# mebibytes (by default, `bucket_cap_mb=None`, the first bucket's cap is 1 MiB, so that
+# communication starts early, and the others' 25 MiB). A smaller cap makes more, smaller buckets: the
+# first one goes out sooner, and every one pays the fixed cost of an all-reduce (lesson 12 measures
+# it). Here are the same 6 steps with `bucket_cap_mb=0.01` (0.01 MiB, about 10 kB), and the buckets
+# of each step read from the two timelines.
 
 # %% [markdown] lang=zh
 # ## `bucket_cap_mb` 改变了什么
 #
-# 桶是 DDP 通信的单位，`bucket_cap_mb` 决定桶的大小：DDP 按梯度就绪的顺序把完整的梯度装进桶里，装到至少这么多兆字节时就封口（默认情况下，第一个桶装到 1 MB 就封口，好让通信尽早开始，其余的桶装到 25 MB）。上限越小，桶就越多、越小：第一个桶发出得更早，而每个桶都要付一次 all-reduce 的固定开销（第 11 课会测量它）。下面用 `bucket_cap_mb=0.01`（10 kB）把同样的 6 步再训练一遍，然后从两条时间线上读出每一步的桶。
+# 桶是 DDP 通信的单位，`bucket_cap_mb` 决定桶的大小：DDP 按梯度就绪的顺序把完整的梯度装进桶里，装到至少这么多 MiB 时就封口（默认情况下，即 `bucket_cap_mb=None` 时，第一个桶的上限是 1 MiB，好让通信尽早开始，其余的桶是 25 MiB）。上限越小，桶就越多、越小：第一个桶发出得更早，而每个桶都要付一次 all-reduce 的固定开销（第 12 课会测量它）。下面用 `bucket_cap_mb=0.01`（0.01 MiB，约 10 kB）把同样的 6 步再训练一遍，然后从两条时间线上读出每一步的桶。
 
 # %%
 %%ddp
@@ -447,43 +547,84 @@ draw.bars(None, panels=[
 # Whatever the cap, a step all-reduces every gradient once, 2.68 MB: the cap only cuts it into a
 # different number of pieces, and never splits a gradient between two: the first layer (its
 # 784×512 matrix and its bias, 1.6 MB) is the last bucket with either cap. And whatever the cap, the
-# micro-batches inside `no_sync()` have no all-reduce at all. On this machine the same cores compute
-# and communicate, so the overlap gains little; where communication has hardware of its own (GPUs
-# and a network), the overlap is how DDP hides much of the all-reduce behind backward, and the first
-# bucket is kept small so that it starts early.
+# micro-batches inside `no_sync()` have no all-reduce at all. With gloo on the CPU the same cores
+# compute and communicate, so the overlap can only use what backward leaves idle (the `hidden`
+# times above); where communication has hardware of its own (GPUs and a network), the overlap is how
+# DDP hides much of the all-reduce behind backward, and the first bucket's cap is kept small so that
+# it starts early.
 
 # %% [markdown] lang=zh
-# 无论上限是多少，每一步都把每个梯度 all-reduce 一次，共 2.68 MB：上限只决定把它切成几块。一个梯度永远不会被拆到两个桶里：无论哪种上限，第一层（它 784×512 的矩阵和偏置，1.6 MB）都是最后一个桶。同样，无论上限是多少，`no_sync()` 里面的微批次都完全没有 all-reduce。在这台机器上，计算和通信用的是同样的几个 CPU 核，所以重叠带来的好处不大；当通信有自己的硬件（GPU 和网络）时，DDP 正是靠这种重叠把大部分 all-reduce 藏在反向传播后面，而第一个桶设得很小，也是为了让通信尽早开始。
+# 无论上限是多少，每一步都把每个梯度 all-reduce 一次，共 2.68 MB：上限只决定把它切成几块。一个梯度永远不会被拆到两个桶里：无论哪种上限，第一层（它 784×512 的矩阵和偏置，1.6 MB）都是最后一个桶。同样，无论上限是多少，`no_sync()` 里面的微批次都完全没有 all-reduce。在 CPU 上使用 gloo 时，计算和通信用的是同样的 CPU 核，所以重叠只能利用反向传播空出来的那部分（上面的 `hidden` 时间）；当通信有自己的硬件（GPU 和网络）时，DDP 正是靠这种重叠把大部分 all-reduce 藏在反向传播后面，而第一个桶的上限设得很小，也是为了让通信尽早开始。
 
 # %% [markdown]
 # ## Exercises
 #
-# 1. Forget to divide the loss by `K`. Which of the three ways still agree with each other, and which
-#    learning rate would make the accumulated ones match the big batch again?
-# 2. Put the **last** micro-batch inside `no_sync()` too (all 4). What do the counter and
-#    `param_spread(model)` (from `ddplab.lessons.ranks`) say after the step, and why?
-# 3. Try `K = 8` micro-batches of 8 samples. Predict the number of all-reduce calls each way, then
-#    measure. How does the time of "sync every micro-batch" change?
-# 4. Train the 6 steps of the timeline with `bucket_cap_mb=25`. How many buckets does the timeline
-#    show, when does the all-reduce start, and what is `hidden` in `tl.breakdown()`? Why?
+# Write your answer in place of `...` and run the cell: `check` says whether it is right for this
+# run, and why. Try things out in cells of your own (before the last cell, `%ddp_stop`).
 #
-# ## 练习
-#
-# 1. 忘记把损失除以 `K`。三种方式中哪些仍然彼此一致？用什么学习率能让累积的方式再次与大批次一致？
-# 2. 把**最后一个**微批次也放进 `no_sync()`（4 个全部）。更新之后计数器和 `param_spread(model)`（来自
-#    `ddplab.lessons.ranks`）显示什么？为什么？
-# 3. 试试 `K = 8` 个 8 样本的微批次。先预测每种方式的 all-reduce 次数，再测量。“每个微批次都同步”的耗时如何变化？
-# 4. 用 `bucket_cap_mb=25` 训练时间线那一节的 6 步。时间线上有几个桶？all-reduce 什么时候开始？`tl.breakdown()` 中的 `hidden` 是多少？为什么？
+# **4.1** Forget to divide the loss by `K` in `train_step`. The two accumulating ways still agree
+# with each other, but not with the big batch. Which learning rate (instead of 0.05) makes the
+# accumulating ways take the big batch's steps again? Answer with a number.
 
 # %% [markdown] lang=zh
 # ## 练习
 #
-# 1. 忘记把损失除以 `K`。三种做法中哪些仍然彼此一致？用什么学习率能让两种累积做法重新与大批次一致？
-# 2. 把**最后一个**微批次也放进 `no_sync()`（4 个全部放进去）。更新之后，计数器和 `param_spread(model)`
-#    （来自 `ddplab.lessons.ranks`）显示什么？为什么？
-# 3. 试试 `K = 8` 个 8 样本的微批次。先预测每种做法的 all-reduce 次数，再测量。“每个微批次都同步”的
-#    耗时如何变化？
-# 4. 用 `bucket_cap_mb=25` 训练时间线那一节的 6 步。时间线上有几个桶？all-reduce 什么时候开始？`tl.breakdown()` 中的 `hidden` 是多少？为什么？
+# 把 `...` 换成你的答案并运行单元格：`check` 会告诉你，对这次运行来说答案对不对，以及为什么。可以在你自己的单元格里动手试试（放在最后一个单元格 `%ddp_stop` 之前）。
+#
+# **4.1** 在 `train_step` 中忘记把损失除以 `K`。两种累积做法仍然彼此一致，但与大批次不再一致。用什么学习率（代替 0.05）能让两种累积做法重新走出与大批次相同的步？请写一个数。
+
+# %%
+answer = ...    # the learning rate that makes the accumulated runs match the big batch again
+check("4.1", answer, lr=0.05, K=4)
+
+# %% [markdown]
+# **4.2** Put the **last** micro-batch inside `no_sync()` too (all 4 forwards and backwards), then
+# `opt.step()`. What do `CommCounter` and `param_spread(model)` (from `ddplab.lessons.ranks`) say
+# after that step? Answer with a letter:
+#
+# - (a) 0 all-reduce calls, and a spread above 0: each rank stepped with its own gradient, and the
+#   ranks stay apart from then on
+# - (b) 0 calls in that step, but DDP all-reduces the accumulated gradients at the next forward, so
+#   the ranks end up identical again
+# - (c) 0 calls, and a spread of 0: the ranks started from the same parameters, so they stay
+#   identical
+
+# %% [markdown] lang=zh
+# **4.2** 把**最后一个**微批次也放进 `no_sync()`（4 次前向和反向全部放进去），然后 `opt.step()`。这一步之后，`CommCounter` 和 `param_spread(model)`（来自 `ddplab.lessons.ranks`）显示什么？请写一个字母：
+#
+# - (a) 0 次 all-reduce，差值大于 0：每个 rank 都用自己的梯度走了一步，从此各 rank 就不一样了
+# - (b) 这一步 0 次调用，但 DDP 会在下一次前向计算时 all-reduce 累积的梯度，所以各 rank 又会完全相同
+# - (c) 0 次调用，差值为 0：各 rank 从相同的参数出发，所以始终完全相同
+
+# %%
+answer = ...    # a letter: "a", "b" or "c"
+check("4.2", answer)
+
+# %% [markdown]
+# **4.3** Take `K = 8` micro-batches of 8 samples (the same 64 samples per rank and step). From
+# step 1 on, how many all-reduce calls does "sync every micro-batch" make per optimizer step?
+# Predict, then measure in a cell of your own (and see how its time changes). Answer with a whole
+# number.
+
+# %% [markdown] lang=zh
+# **4.3** 改用 `K = 8` 个 8 样本的微批次（每个 rank 每步仍然是这 64 个样本）。从第 1 步起，“每个微批次都同步”每次优化器更新要做多少次 all-reduce 调用？先预测，再在你自己的单元格里测量（顺便看看它的耗时怎样变化）。请写一个整数。
+
+# %%
+answer = ...    # all-reduce calls per optimizer step, syncing every one of 8 micro-batches
+check("4.3", answer, buckets=len(bucket_sizes[0]))
+
+# %% [markdown]
+# **4.4** Train the 6 no_sync steps of the timeline with `DDP(..., bucket_cap_mb=25)`, 25 being the
+# default cap of the later buckets. From step 1 on, how many all-reduce calls (buckets) does each
+# step make? (Then look at the timeline: when does the all-reduce start, and what is `hidden`?)
+# Answer with a whole number.
+
+# %% [markdown] lang=zh
+# **4.4** 用 `DDP(..., bucket_cap_mb=25)` 训练时间线那一节的 6 步 no_sync，25 正是后面各个桶的默认上限。从第 1 步起，每一步做多少次 all-reduce 调用（多少个桶）？（然后看看时间线：all-reduce 什么时候开始？`hidden` 是多少？）请写一个整数。
+
+# %%
+answer = ...    # all-reduce calls per step with bucket_cap_mb=25
+check("4.4", answer, grad_bytes=4 * sum(bucket_sizes[0]), buckets=len(bucket_sizes[0]))
 
 # %%
 %ddp_stop

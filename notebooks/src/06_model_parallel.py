@@ -10,13 +10,16 @@
 # float rounding); at the end the pipeline is timed against plain data parallelism (DDP), and the
 # same step is run by PyTorch's own pipeline API, `torch.distributed.pipelining`.
 #
-# **简介。** 数据并行让每个 rank 持有一份完整的模型；当模型大到一台设备放不下时，就要切分
-# **模型**本身。这一课把一个 4 段（stage）的网络切开，rank *r* 只持有第 *r* 段：激活值通过
-# `send`/`recv` 逐个 rank 向前传，梯度再沿原路传回。一次只送一个 batch 时，只有一个 rank 在
-# 工作，其余三个在等；把 batch 切成若干 **micro-batch**（GPipe 流水线）后，各 rank 的工作可以
-# 重叠，空闲的"气泡"随之变小。流水线算出的梯度与整个模型在单个进程上算出的相同（在浮点舍入
-# 误差内）；最后把流水线与同一模型的数据并行（DDP）做速度对比，并用 PyTorch 自带的流水线 API
-# `torch.distributed.pipelining` 跑同样的一步。
+# **You will learn**
+# - how activations go forward and gradients come back between stages with `send`/`recv`, without deadlock
+# - why one batch at a time leaves 3 of 4 ranks idle, and how micro-batches shrink the bubble
+# - how to compute a perfect pipeline's bubble from the number of stages and micro-batches
+# - what a pipeline rank holds and sends compared with a DDP rank, and when to use which
+# - how `torch.distributed.pipelining` runs the same GPipe schedule for you
+#
+# **Study time:** about 50 minutes
+#
+# **Needs:** nothing beyond ddplab and torch · 4 ranks
 #
 # **You will see:** the pipeline's timeline with 1, 4 and 8 micro-batches (the bubble shrinking),
 # its gradients checked against the whole model, a pipeline-vs-DDP comparison of time per batch
@@ -25,21 +28,24 @@
 # %% [markdown] lang=zh
 # # 第 6 课 · 模型并行：把一个模型分到多个 rank 上
 #
-# **简而言之**：数据并行让每个进程（rank）都持有一份完整的模型；当模型大到一台设备放不下时，就改为
-# 切分**模型**本身。这一课把一个由 4 段（stage）组成的网络切开，让 rank *r* 只持有第 *r* 段：激活值
-# 通过 `send`/`recv` 从一个 rank 向前传到下一个 rank，梯度再沿原路传回。一次只送一个批次时，只有
-# 一个 rank 在工作，其余三个都在等待；把批次切成若干 **micro-batch**（即 GPipe 流水线）之后，各 rank
-# 的工作可以重叠，空闲的“气泡”（bubble）随之变小。流水线算出的梯度与整个模型在单个进程上算出的
-# 梯度相同（在浮点舍入误差之内）；最后把流水线与普通的数据并行（DDP）比较每个批次的用时，并用
-# PyTorch 自带的流水线 API `torch.distributed.pipelining` 跑同样的一步。
+# **简而言之**：数据并行让每个 rank 都持有一份完整的模型；当模型大到一台设备放不下时，就改为切分**模型**本身。这一课把一个由 4 段（stage）组成的网络切开，让 rank *r* 只持有第 *r* 段：激活值通过 `send`/`recv` 从一个 rank 向前传到下一个 rank，梯度再沿原路传回。一次只送一个批次时，只有一个 rank 在工作，其余三个都在等待；把批次切成若干微批次（micro-batch，即 GPipe 流水线）之后，各 rank 的工作可以重叠，空闲的“气泡”（bubble）随之变小。流水线算出的梯度与整个模型在单个进程上算出的梯度相同（在浮点舍入误差之内）；最后把流水线与普通的数据并行（DDP）比较每个批次的用时，并用 PyTorch 自带的流水线 API `torch.distributed.pipelining` 跑同样的一步。
 #
-# **你将看到：** 使用 1、4、8 个 micro-batch 时流水线的时间线（气泡逐渐变小），流水线的梯度与整个
-# 模型的梯度对照检查，流水线与 DDP 在每个批次用时和每个 rank 持有参数量上的对比，以及
-# `torch.distributed.pipelining` 得到相同的梯度。
+# **你将学到**
+# - 激活值怎样用 `send`/`recv` 在各段之间向前传、梯度怎样传回来，而且不会死锁
+# - 为什么一次只送一个批次会让 4 个 rank 中的 3 个空闲，微批次又怎样缩小气泡
+# - 怎样根据段数和微批次数算出理想流水线的气泡
+# - 流水线的 rank 与 DDP 的 rank 各持有、各发送什么，什么时候该用哪一种
+# - `torch.distributed.pipelining` 怎样替你运行同样的 GPipe 调度
+#
+# **学习时间**：约 50 分钟
+#
+# **需要**：除 ddplab 和 torch 外无需其他 · 4 个 rank
+#
+# **你将看到**：使用 1、4、8 个微批次时流水线的时间线（气泡逐渐变小），流水线的梯度与整个模型的梯度对照检查，流水线与 DDP 在每个批次用时和每个 rank 持有参数量上的对比，以及 `torch.distributed.pipelining` 得到相同的梯度。
 
 # %%
 %load_ext ddplab
-from ddplab.lessons import draw, say
+from ddplab.lessons import check, draw, say
 
 # %%
 %ddp_start 4
@@ -55,9 +61,7 @@ from ddplab.lessons import draw, say
 # %% [markdown] lang=zh
 # ## 分成 4 段的模型
 #
-# 四个同样大小的块，因此每一段的计算量相同：三个 `Linear(1024, 1024) + ReLU` 块，以及最后一个还
-# 包含小输出层（10 个类别）的块。这个函数在 notebook 中定义，再推送到每个 rank 上，这样 notebook
-# 之后可以构建一模一样的模型，用来检查各 rank 的计算结果。
+# 四个同样大小的块，因此每一段的计算量相同：三个 `Linear(1024, 1024) + ReLU` 块，以及最后一个还包含小输出层（10 个类别）的块。这个函数在 notebook 中定义，再推送到每个 rank 上，这样 notebook 之后可以构建一模一样的模型，用来检查各 rank 的计算结果。
 
 # %%
 import torch
@@ -85,9 +89,7 @@ print(say("parameters per stage:", "每段的参数量："), [sum(p.numel() for 
 # every rank; only rank 0 reads the inputs and only rank 3 the labels.
 
 # %% [markdown] lang=zh
-# 每个 rank 都构建整个模型（这里代价很小），只保留属于自己的那一段，即第 `rank` 段。对于一台设备
-# 放不下的真实模型，每个 rank 只会构建自己的那一部分。数据在每个 rank 上都一样；只有 rank 0 读取
-# 输入，只有 rank 3 读取标签。
+# 每个 rank 都构建整个模型（这里代价很小），只保留属于自己的那一段，即第 `rank` 段。对于一台设备放不下的真实模型，每个 rank 只会构建自己的那一部分。数据在每个 rank 上都一样；只有 rank 0 读取输入，只有 rank 3 读取标签。
 
 # %%
 %%ddp
@@ -121,16 +123,11 @@ print(say(f"rank {rank} holds stage {rank}: {n} parameters", f"rank {rank} 持�
 # %% [markdown] lang=zh
 # ## 一个批次穿过流水线
 #
-# **前向：** rank 0 运行第 0 段，把输出（*激活值*）发送给 rank 1；rank 1 等待接收（`recv`），运行
-# 第 1 段，再发给下一个；rank 3 运行第 3 段并计算损失。
+# **前向：** rank 0 运行第 0 段，把输出（*激活值*）发送给 rank 1；rank 1 等待接收（`recv`），运行第 1 段，再发给下一个；rank 3 运行第 3 段并计算损失。
 #
-# **反向：** rank 3 调用 `loss.backward()`；这会填好它的参数的梯度，*以及*它的输入的梯度，因为收到的
-# 张量被标记了 `requires_grad_()`。它把这个输入梯度发回给 rank 2，rank 2 调用 `out.backward(grad)`：
-# autograd 从 rank 3 停下的地方接着算下去。依此类推，一直到 rank 0。
+# **反向：** rank 3 调用 `loss.backward()`；这会填好它的参数的梯度，*以及*它的输入的梯度，因为收到的张量被标记了 `requires_grad_()`。它把这个输入梯度发回给 rank 2，rank 2 调用 `out.backward(grad)`：autograd 从 rank 3 停下的地方接着算下去。依此类推，一直到 rank 0。
 #
-# 发送用的是 `isend`：它在后台开始、从不阻塞，所以一个 rank 只会在 `recv` 里等待，等的是邻居发来的
-# 消息，而邻居发送时不需要等待任何回应。这些等待构成一条链（前向从 rank 0 开始，反向从 rank 3
-# 开始），从不成环，所以不会死锁。在这一步结束、这些张量被再次使用之前，要等待所有发送完成（`.wait()`）。
+# 发送用的是 `isend`：它在后台开始、从不阻塞，所以一个 rank 只会在 `recv` 里等待，等的是邻居发来的消息，而邻居发送时不需要等待任何回应。这些等待构成一条链（前向从 rank 0 开始，反向从 rank 3 开始），从不成环，所以不会死锁。在这一步结束、这些张量被再次使用之前，要等待所有发送完成（`.wait()`）。
 
 # %%
 %%ddp
@@ -174,8 +171,7 @@ print(say("loss", "损失"), round(loss.item(), 4) if last else say("(only rank 
 # holds the stage.
 
 # %% [markdown] lang=zh
-# 四个 rank 算出的结果和单个进程算出的一样吗？notebook 构建同一个模型，让整个批次一次性穿过它，
-# 再把每一段的梯度与持有该段的 rank 算出的梯度逐一比较。
+# 四个 rank 算出的结果和单个进程算出的一样吗？notebook 构建同一个模型，让整个批次一次性穿过它，再把每一段的梯度与持有该段的 rank 算出的梯度逐一比较。
 
 # %%
 data = synthetic_classification(n=2048, features=HIDDEN, classes=CLASSES)
@@ -207,16 +203,11 @@ print(say("every stage's gradients equal those of the whole model run in one pro
 # spent waiting in `recv` is left out, so a gap in the picture is a rank sitting idle).
 
 # %% [markdown] lang=zh
-# ## Micro-batch：流水线
+# ## 微批次：流水线
 #
-# 只有一个批次时，rank 1 在 rank 0 算完之前什么也做不了，而 rank 0 在梯度一路传回来之前也什么都
-# 做不了：任何时刻 4 个 rank 中都有 3 个空闲。**GPipe** 把批次切成 *m* 个 micro-batch：rank 0 把
-# micro-batch 0 发出去之后就开始算 micro-batch 1，与此同时 rank 1 在处理 micro-batch 0。先做完所有
-# 前向，再做所有反向（从最后一个 micro-batch 开始）。各个 micro-batch 的梯度在 `.grad` 中累加；把每个
-# micro-batch 的损失除以 *m*，累加的结果就是整个批次上的平均，因此结果与之前相同。
+# 只有一个批次时，rank 1 在 rank 0 算完之前什么也做不了，而 rank 0 在梯度一路传回来之前也什么都做不了：任何时刻 4 个 rank 中都有 3 个空闲。**GPipe** 把批次切成 *m* 个微批次：rank 0 把微批次 0 发出去之后就开始算微批次 1，与此同时 rank 1 在处理微批次 0。先做完所有前向，再做所有反向（从最后一个微批次开始）。各个微批次的梯度在 `.grad` 中累加；把每个微批次的损失除以 *m*，累加的结果就是整个批次上的平均，因此结果与之前相同。
 #
-# `pipeline_step` 把每一次前向和反向都记录在一个 `Timeline` 中（只记录计算：在 `recv` 中等待的时间
-# 不计入，所以图中的空隙就是某个 rank 闲着的时候）。
+# `pipeline_step` 把每一次前向和反向都记录在一个 `Timeline` 中（只记录计算：在 `recv` 中等待的时间不计入，所以图中的空隙就是某个 rank 闲着的时候）。
 
 # %%
 %%ddp
@@ -269,13 +260,13 @@ grads = [p.grad.clone() for p in stage.parameters()]    # from the 8 micro-batch
 # The same gradients with 8 micro-batches as with the whole batch:
 
 # %% [markdown] lang=zh
-# 用 8 个 micro-batch 得到的梯度与整个批次一次算出的相同：
+# 用 8 个微批次得到的梯度与整个批次一次算出的相同：
 
 # %%
 grads = %ddp_gather grads
 assert same_grads(grads)
 print(say("8 micro-batches give the same gradients as the whole batch in one piece",
-          "8 个 micro-batch 得到的梯度与整个批次一次算出的梯度相同"))
+          "8 个微批次得到的梯度与整个批次一次算出的梯度相同"))
 
 # %% [markdown]
 # Now the timelines. With **1 micro-batch** the work moves down the ranks and back like a relay
@@ -283,9 +274,7 @@ print(say("8 micro-batches give the same gradients as the whole batch in one pie
 # step (the bars' total length divided by the step's length): at most 1 here.
 
 # %% [markdown] lang=zh
-# 现在来看时间线。只有 **1 个 micro-batch** 时，工作像接力棒一样沿着各 rank 传下去再传回来：每次只有
-# 一个 rank 在工作。标题给出这一步中平均有几个 rank 同时在计算（所有条形的总长度除以这一步的时长）：
-# 这里最多为 1。
+# 现在来看时间线。只有 **1 个微批次**时，工作像接力棒一样沿着各 rank 传下去再传回来：每次只有一个 rank 在工作。标题给出这一步中平均有几个 rank 同时在计算（所有条形的总长度除以这一步的时长）：这里最多为 1。
 
 # %%
 events = %ddp_gather events
@@ -306,25 +295,22 @@ def show(micro):
     return draw.timeline(bars, kinds=list(named.values()), xlabel=say("seconds", "秒"),
                          title=say(f"{micro} micro-batch{'es' if micro > 1 else ''}: step {ms:.0f} ms, "
                                    f"{n:.1f} ranks computing at once on average",
-                                   f"{micro} 个 micro-batch：一步 {ms:.0f} 毫秒，平均同时有 {n:.1f} 个 rank 在计算"))
+                                   f"{micro} 个微批次：一步 {ms:.0f} 毫秒，平均同时有 {n:.1f} 个 rank 在计算"))
 
 show(1)
 
 # %% [markdown]
 # With **4** and then **8** micro-batches, rank 1 starts on micro-batch 0 while rank 0 computes
 # micro-batch 1, and the backwards overlap too. What stays idle, at the start and the end of the
-# step, is the *bubble*. With *p* = 4 equal stages and *m* micro-batches, a perfect pipeline has
-# 4*m* / (*m* + *p* − 1) ranks computing at once: 1 for *m* = 1, 2.3 for 4, 2.9 for 8. Here 4 ranks
-# share 2 cores, so only 2 can truly run at once: bars that overlap share a core and stretch (with
-# one device per rank they would not), and the picture shows the schedule more than the speed.
+# step, is the *bubble*. With *p* equal stages and *m* micro-batches, a perfect pipeline has
+# *p*·*m* / (*m* + *p* − 1) ranks computing at once, on average (the cell after the pictures works it
+# out for this run's *p* = 4 and *m*). That holds when every rank has a processor of its own. If
+# this machine lets the ranks use fewer cores than there are ranks (that cell prints both), ranks
+# take turns: bars that overlap share a core and stretch, and the picture shows the schedule more
+# than the speed.
 
 # %% [markdown] lang=zh
-# 用 **4** 个、再用 **8** 个 micro-batch 时，rank 0 计算 micro-batch 1 的同时，rank 1 已经开始处理
-# micro-batch 0，反向计算也同样相互重叠。在一步的开头和结尾仍然空闲的部分，就是*气泡*。对于 *p* = 4
-# 个相同的段和 *m* 个 micro-batch，理想的流水线平均同时有 4*m* / (*m* + *p* − 1) 个 rank 在计算：
-# *m* = 1 时为 1，4 时为 2.3，8 时为 2.9。这里 4 个 rank 共享 2 个 CPU 核心，所以真正能同时运行的
-# 只有 2 个：相互重叠的条形在共用一个核心，因而被拉长（每个 rank 独占一台设备时不会这样），所以这张
-# 图展示的更多是调度方式，而不是速度。
+# 用 **4** 个、再用 **8** 个微批次时，rank 0 计算微批次 1 的同时，rank 1 已经开始处理微批次 0，反向计算也同样相互重叠。在一步的开头和结尾仍然空闲的部分，就是*气泡*。对于 *p* 个相同的段和 *m* 个微批次，理想的流水线平均同时有 *p*·*m* / (*m* + *p* − 1) 个 rank 在计算（画完图之后的单元格会按这次运行的 *p* = 4 和 *m* 算出来）。这要求每个 rank 都有一个属于自己的处理器。如果这台机器让各 rank 使用的核比 rank 还少（那个单元格会把两者都打印出来），各 rank 就要轮流使用 CPU：相互重叠的条形在共用一个核，因而被拉长，这张图展示的更多是调度方式，而不是速度。
 
 # %%
 show(4)
@@ -338,10 +324,28 @@ one = sorted((start, end) for rank_events in events for start, end, _, _ in rank
 assert all(later[0] >= earlier[1] - 1e-3 for earlier, later in zip(one, one[1:])), one
 # with 8, rank 1 already works on micro-batch 0 before rank 0 has finished its forwards
 assert events[1][8][0][0] < events[0][8][7][1], (events[0][8], events[1][8])
+import os
+from ddplab.system import usable_cores
+
+n_stages = len(events)                                    # one stage per rank
+perfect = {m: n_stages * m / (m + n_stages - 1) for m in (1, 4, 8)}
+usable = usable_cores()             # the affinity mask (os.sched_getaffinity), capped by a container's CPU quota
 print(say(f"ranks computing at once, on average: {at_once(1):.1f} with 1 micro-batch, {at_once(4):.1f} with 4, "
-          f"{at_once(8):.1f} with 8 (a perfect pipeline: 1, 2.3, 2.9; 2 cores truly run at most 2)",
-          f"平均同时在计算的 rank 数：1 个 micro-batch 时 {at_once(1):.1f}，4 个时 {at_once(4):.1f}，"
-          f"8 个时 {at_once(8):.1f}（理想流水线：1、2.3、2.9；2 个核心真正最多同时运行 2 个）"))
+          f"{at_once(8):.1f} with 8; a perfect pipeline of {n_stages} stages: "
+          + ", ".join(f"{v:.1f}" for v in perfect.values()),
+          f"平均同时在计算的 rank 数：1 个微批次时 {at_once(1):.1f}，4 个时 {at_once(4):.1f}，8 个时 {at_once(8):.1f}；"
+          f"{n_stages} 段的理想流水线：" + "、".join(f"{v:.1f}" for v in perfect.values())))
+if usable >= n_stages:
+    print(say(f"the ranks may use {usable} cores here (the machine has {os.cpu_count()}): each of the {n_stages} ranks can "
+              "run on a core of its own, so bars that overlap really ran at the same time",
+              f"这里各 rank 可以使用 {usable} 个核（这台机器共有 {os.cpu_count()} 个）：{n_stages} 个 rank 都能各自独占一个核，"
+              "所以相互重叠的条形确实是在同时运行"))
+else:
+    print(say(f"the ranks may use {usable} core{'s' if usable > 1 else ''} here (the machine has {os.cpu_count()}), "
+              f"fewer than the {n_stages} ranks: at most {usable} of them truly compute at once; the others share cores, so "
+              "bars that overlap stretch",
+              f"这里各 rank 只能使用 {usable} 个核（这台机器共有 {os.cpu_count()} 个），少于 {n_stages} 个 rank：真正同时"
+              f"计算的最多只有 {usable} 个；更多的 rank 只能共用核，相互重叠的条形因此被拉长"))
 
 # %% [markdown]
 # ## Training with the pipeline
@@ -353,9 +357,7 @@ print(say(f"ranks computing at once, on average: {at_once(1):.1f} with 1 micro-b
 # %% [markdown] lang=zh
 # ## 用流水线训练
 #
-# 训练就是 `pipeline_step` 再加上每个 rank 各自的优化器：每个 rank **只更新自己的那一段**，用的是
-# 自己的梯度（不需要 all-reduce：没有别的 rank 持有这些参数）。只有 rank 3 知道损失，所以仪表盘的
-# 损失图中只有一条线；所有 rank 都会记录各自处理的样本数。
+# 训练就是 `pipeline_step` 再加上每个 rank 各自的优化器：每个 rank **只更新自己的那一段**，用的是自己的梯度（不需要 all-reduce：没有别的 rank 持有这些参数）。只有 rank 3 知道损失，所以仪表盘的损失图中只有一条线；所有 rank 都会记录各自处理的样本数。
 
 # %%
 %%ddp
@@ -391,9 +393,7 @@ print(say(f"the pipeline trains: rank 3's loss fell from {losses[0]:.2f} to {los
 # %% [markdown] lang=zh
 # ## 流水线还是数据并行？
 #
-# 同一个模型、同一个 1024 的批次，用四种方式计时：分别使用 1、4、8 个 micro-batch 的流水线，以及 DDP
-# （每个 rank 持有整个模型、处理四分之一的批次，梯度做 all-reduce）。`median_seconds` 让所有 rank
-# 一起为一步计时，返回最慢的那个 rank 的中位数。每个 rank 还会统计自己在流水线和 DDP 中各持有多少参数。
+# 同一个模型、同一个 1024 的批次，用四种方式计时：分别使用 1、4、8 个微批次的流水线，以及 DDP（每个 rank 持有整个模型、处理四分之一的批次，梯度做 all-reduce）。`median_seconds` 让所有 rank 一起为一步计时，返回最慢的那个 rank 的中位数。每个 rank 还会统计自己在流水线和 DDP 中各持有多少参数。
 
 # %%
 %%ddp
@@ -444,8 +444,9 @@ draw.bars(None, panels=[
          title=say("Parameters held by one rank", "每个 rank 持有的参数"))], fmt="{:.3g}")
 
 # %% [markdown]
-# Which one is faster depends on the machine, the model and the batch, and times on this shared
-# 2-core machine move by tens of percent from run to run: read the printed numbers, not a rule.
+# Which one is faster depends on the machine, the model and the batch, and on a machine with fewer
+# cores than ranks (or shared with other programs) times move by tens of percent from run to run:
+# read the printed numbers, not a rule.
 # What does not move is the structure:
 #
 # - A **DDP** rank computes all the time on its quarter of the batch; its only communication is
@@ -465,22 +466,15 @@ draw.bars(None, panels=[
 # - Large models combine them: pipeline stages, each stage data-parallel over several ranks.
 
 # %% [markdown] lang=zh
-# 哪一种更快，取决于机器、模型和批次；在这台共享的 2 核机器上，各次运行的时间会相差几十个百分点：
-# 请看打印出来的数字，而不要把它当成规律。不会变的是两者的结构：
+# 哪一种更快，取决于机器、模型和批次；在核数少于 rank 数（或与其他程序共享）的机器上，各次运行的时间会相差几十个百分点：请看打印出来的数字，而不要把它当成规律。不会变的是两者的结构：
 #
-# - **DDP** 的每个 rank 一直在自己那四分之一的批次上计算；它唯一的通信是对梯度做一次 all-reduce，
-#   数据量与模型一样大（这里是 420 万个参数 = 17 MB）。但每个 rank 都持有**整个**模型、它的梯度和
-#   它的优化器状态。
-# - **流水线**的每个 rank 只持有模型的**四分之一**。它要在 3 个分界处，把激活值向前传、把激活值的
-#   梯度向后传：每个分界每个批次每个方向 1024 × 1024 个浮点数 = 4 MB，这个量随批次大小增长，而不是
-#   随模型大小增长。它还会在气泡中闲着。
+# - **DDP** 的每个 rank 一直在自己那四分之一的批次上计算；它唯一的通信是对梯度做一次 all-reduce，数据量与模型一样大（这里是 420 万个参数 = 17 MB）。但每个 rank 都持有**整个**模型、它的梯度和它的优化器状态。
+# - **流水线**的每个 rank 只持有模型的**四分之一**。它要在 3 个分界处，把激活值向前传、把激活值的梯度向后传：每个分界每个批次每个方向 1024 × 1024 个浮点数 = 4 MB，这个量随批次大小增长，而不是随模型大小增长。它还会在气泡中闲着。
 #
 # 所以：
 #
 # - **模型放得进一台设备，你想处理更多数据：** 用数据并行（DDP）。
-# - **模型大到一台设备放不下：** 用模型并行。流水线并行（本课）按层切分模型；*张量并行*把每一层的
-#   矩阵切分到多个 rank 上；分片（FSDP、ZeRO）仍然是数据并行，但每个 rank 只保存参数的一部分，
-#   需要时再收集起来。
+# - **模型大到一台设备放不下：** 用模型并行。流水线并行（本课）按层切分模型；*张量并行*把每一层的矩阵切分到多个 rank 上；分片（FSDP、ZeRO）仍然是数据并行，但每个 rank 只保存参数的一部分，需要时再收集起来。
 # - 大模型会把它们组合起来：分成若干流水线段，每一段再在多个 rank 上做数据并行。
 
 # %% [markdown]
@@ -497,14 +491,7 @@ draw.bars(None, panels=[
 # tensor parallelism, or sharding (FSDP).
 
 # %% [markdown] lang=zh
-# **常见说法 / 实际情况。** 一种常见的说法是：DDP 也是一种模型并行，或者说它同时实现了数据并行和
-# 模型并行。实际情况是：DDP 只是数据并行。它在每个 rank 上**复制**整个模型，切分的是*数据*；模型并行
-# 切分的是*模型*本身。上面打印出的数字说明了这一点：使用 DDP 时，每个 rank 都持有模型的全部参数，
-# 而且 4 个 rank 上完全相同（相差 0.0）；而在流水线中，每个 rank 持有的是不同的一段，只有 4 段合在一起
-# 才是整个模型。DDP 本身从不切分模型：每个 rank 都必须持有一份完整的副本。（你可以把一个已经由你自己
-# 切分到同一进程的多台设备上的模型交给 DDP 包装；DDP 随后会在每个 rank 上复制这整个模型。这类说法中
-# 常出现的 `find_unused_parameters=True` 只是告诉 DDP 某些参数在某一步里可能得不到梯度；它什么也不
-# 切分。）要切分模型，请使用本课这样的流水线并行、张量并行，或者分片（FSDP）。
+# **常见说法 / 实际情况。** 一种常见的说法是：DDP 也是一种模型并行，或者说它同时实现了数据并行和模型并行。实际情况是：DDP 只是数据并行。它在每个 rank 上**复制**整个模型，切分的是*数据*；模型并行切分的是*模型*本身。上面打印出的数字说明了这一点：使用 DDP 时，每个 rank 都持有模型的全部参数，而且 4 个 rank 上完全相同（相差 0.0）；而在流水线中，每个 rank 持有的是不同的一段，只有 4 段合在一起才是整个模型。DDP 本身从不切分模型：每个 rank 都必须持有一份完整的副本。（你可以把一个已经由你自己切分到同一进程的多台设备上的模型交给 DDP 包装；DDP 随后会在每个 rank 上复制这整个模型。这类说法中常出现的 `find_unused_parameters=True` 只是告诉 DDP 某些参数在某一步里可能得不到梯度；它什么也不切分。）要切分模型，请使用本课这样的流水线并行、张量并行，或者分片（FSDP）。
 
 # %% [markdown]
 # ## Beyond the hand-made pipeline: torch.distributed.pipelining
@@ -529,20 +516,13 @@ draw.bars(None, panels=[
 # %% [markdown] lang=zh
 # ## 超越手写流水线：torch.distributed.pipelining
 #
-# 手写发送、接收和调度，能让你看清流水线是怎样工作的；在实际工作中，PyTorch 以
-# `torch.distributed.pipelining` 的形式提供了这一切：
+# 手写发送、接收和调度，能让你看清流水线是怎样工作的；在实际工作中，PyTorch 以 `torch.distributed.pipelining` 的形式提供了这一切：
 #
-# - `PipelineStage(module, stage_index, num_stages, device)` 包装一个 rank 持有的那部分模型，并替它
-#   完成激活值和梯度的 `send`/`recv`；
-# - 由一个**调度器**（schedule）来运行各个 micro-batch：`ScheduleGPipe`（先做完所有前向，再做所有
-#   反向，和本课一样）、`Schedule1F1B`（一次前向、一次反向交替进行：同时保存的激活值更少），以及
-#   进一步缩小气泡的交错（interleaved）调度和零气泡（zero-bubble）调度；
-# - `pipeline(model, mb_args, split_spec={...: SplitPoint.BEGINNING})` 会追踪整个模型并替你把它切成
-#   若干段，不必手工构建每一段（然后用 `pipe.build_stage(rank, device)` 给每个 rank 分配它的那一段）。
+# - `PipelineStage(module, stage_index, num_stages, device)` 包装一个 rank 持有的那部分模型，并替它完成激活值和梯度的 `send`/`recv`；
+# - 由一个**调度器**（schedule）来运行各个微批次：`ScheduleGPipe`（先做完所有前向，再做所有反向，和本课一样）、`Schedule1F1B`（一次前向、一次反向交替进行：同时保存的激活值更少），以及进一步缩小气泡的交错（interleaved）调度和零气泡（zero-bubble）调度；
+# - `pipeline(model, mb_args, split_spec={...: SplitPoint.BEGINNING})` 会追踪整个模型并替你把它切成若干段，不必手工构建每一段（然后用 `pipe.build_stage(rank, device)` 给每个 rank 分配它的那一段）。
 #
-# 这里每个 rank 把自己那一段的一个全新副本包装进 `PipelineStage`，再用 8 个 micro-batch 运行一步
-# `ScheduleGPipe`。rank 0 传入整个批次（由调度器切分），rank 3 传入标签；调度器用 `loss_fn` 计算损失，
-# 并把梯度除以 micro-batch 的个数，和 `pipeline_step` 的做法一样。
+# 这里每个 rank 把自己那一段的一个全新副本包装进 `PipelineStage`，再用 8 个微批次运行一步 `ScheduleGPipe`。rank 0 传入整个批次（由调度器切分），rank 3 传入标签；调度器用 `loss_fn` 计算损失，并把梯度除以微批次的个数，和 `pipeline_step` 的做法一样。
 
 # %%
 %%ddp
@@ -562,7 +542,7 @@ grads = [p.grad.clone() for p in fresh.parameters()]
 if last:
     mean = sum(l.item() for l in micro_losses) / len(micro_losses)
     print(say(f"loss (mean of {len(micro_losses)} micro-batches): {mean:.4f}",
-              f"损失（{len(micro_losses)} 个 micro-batch 的平均）：{mean:.4f}"))
+              f"损失（{len(micro_losses)} 个微批次的平均）：{mean:.4f}"))
 
 # %%
 grads = %ddp_gather grads
@@ -575,35 +555,64 @@ print(say("torch.distributed.pipelining with ScheduleGPipe gives the same gradie
 # %% [markdown]
 # ## Exercises
 #
-# 1. Run the pipeline with 16 and 32 micro-batches (`events` for `micro in (1, 16, 32)`). Does the
-#    bubble keep shrinking? What grows instead (look at the number and the size of the messages)?
-# 2. Make the stages uneven: give stage 1 two `Linear(1024, 1024)` layers and the others one. Predict
-#    the timeline, then draw it: which rank sets the pace of the pipeline?
-# 3. Write the *1F1B* schedule: after the first *p* forwards, each rank alternates one forward and one
-#    backward. Check it gives the same gradients, and count how many activations each rank has to
-#    keep at most (GPipe keeps all *m*). Then replace `ScheduleGPipe` by `Schedule1F1B` in the last
-#    section and compare the gradients with yours.
+# Each exercise asks for one number: write it in place of `...` in the cell below it and run the
+# cell; `check` says whether it is right for this run, and why (it never shows the answer).
 #
-# ## 练习
-#
-# 1. 用 16 和 32 个 micro-batch 运行流水线（`for micro in (1, 16, 32)`）。气泡是否继续变小？
-#    什么随之增加（看看消息的数量和大小）？
-# 2. 让各段不均衡：第 1 段用两个 `Linear(1024, 1024)`，其余各段一个。先预测时间线，再画出来：
-#    哪个 rank 决定了流水线的节奏？
-# 3. 实现 *1F1B* 调度：前 *p* 次前向之后，每个 rank 交替做一次前向、一次反向。检查梯度是否相同，
-#    并统计每个 rank 最多需要保存多少个激活值（GPipe 要保存全部 *m* 个）。然后在最后一节中把
-#    `ScheduleGPipe` 换成 `Schedule1F1B`，把它的梯度与你的结果比较。
+# **6.1** With *p* equal stages and *m* micro-batches, what fraction of a perfect GPipe step is the
+# bubble, the time an average rank sits idle? Answer for this lesson's 4 stages and **16**
+# micro-batches, as a fraction (like 0.25). (To see it, you can rerun the timelines with
+# `for micro in (1, 16, 32)`.)
 
 # %% [markdown] lang=zh
 # ## 练习
 #
-# 1. 用 16 和 32 个 micro-batch 运行流水线（`for micro in (1, 16, 32)` 时的 `events`）。气泡是否继续
-#    变小？什么随之增加了（看看消息的数量和大小）？
-# 2. 让各段不均衡：给第 1 段两个 `Linear(1024, 1024)` 层，其余各段一个。先预测时间线，再画出来：
-#    哪个 rank 决定了流水线的节奏？
-# 3. 实现 *1F1B* 调度：前 *p* 次前向之后，每个 rank 交替做一次前向、一次反向。检查它得到的梯度是否
-#    相同，并统计每个 rank 最多需要同时保存多少份激活值（GPipe 要保存全部 *m* 份）。然后在最后一节中
-#    把 `ScheduleGPipe` 换成 `Schedule1F1B`，把它的梯度与你的结果比较。
+# 每道练习要求写出一个数：把它填在下面单元格里 `...` 的位置，然后运行这个单元格；`check` 会告诉你对这次运行来说它对不对、为什么（它从不显示答案）。
+#
+# **6.1** 对于 *p* 个相同的段和 *m* 个微批次，理想的 GPipe 一步中，气泡（平均每个 rank 空闲的时间）占多大比例？请按本课的 4 段、**16** 个微批次回答，写成小数（例如 0.25）。（想亲眼看看，可以用 `for micro in (1, 16, 32)` 重新画时间线。）
+
+# %%
+answer = ...    # the bubble's share of a perfect step, 4 stages, 16 micro-batches
+check("6.1", answer, stages=n_stages, micro=16)
+
+# %% [markdown]
+# **6.2** In one training step of the pipeline with **8** micro-batches and this lesson's batch of
+# 1024 samples of 1024 float32 features, how many bytes cross the 3 boundaries between stages in
+# all: activations forward and their gradients back? Answer a number of bytes. (Think about how the
+# number and the size of the messages change with *m*.)
+
+# %% [markdown] lang=zh
+# **6.2** 使用 **8** 个微批次时，在流水线的一个训练步中（本课的批次是 1024 个样本，每个样本 1024 个 float32 特征），穿过各段之间 3 个分界处的字节数一共是多少：包括向前传的激活值和向后传的梯度？请回答一个字节数。（想一想消息的个数和大小怎样随 *m* 变化。）
+
+# %%
+answer = ...    # bytes sent across all stage boundaries, both directions, in one step with 8 micro-batches
+check("6.2", answer, batch=BATCH, hidden=HIDDEN, stages=n_stages, micro=8)
+
+# %% [markdown]
+# **6.3** GPipe keeps the activations of all *m* micro-batches until their backwards. The **1F1B**
+# schedule (`Schedule1F1B`) lets rank *r* run only *p* − *r* forwards before it alternates one
+# backward and one forward. With 4 stages and 8 micro-batches, at most how many micro-batches'
+# activations does **rank 0** hold at once under 1F1B? Answer a whole number.
+
+# %% [markdown] lang=zh
+# **6.3** GPipe 要保存全部 *m* 个微批次的激活值，直到它们的反向计算完成。**1F1B** 调度（`Schedule1F1B`）让 rank *r* 先只做 *p* − *r* 次前向，之后交替做一次反向、一次前向。4 段、8 个微批次时，在 1F1B 下 **rank 0** 最多同时保存多少个微批次的激活值？请回答一个整数。
+
+# %%
+answer = ...    # micro-batches whose activations rank 0 holds at most at once, 1F1B, 4 stages, 8 micro-batches
+check("6.3", answer, stages=n_stages, micro=8, rank=0)
+
+# %% [markdown]
+# **6.4** The timeline with 1 micro-batch gave this run's step time, in its title. On a machine
+# where every rank has a processor of its own, and if a stage's time is proportional to the samples
+# it computes, how many milliseconds would a perfect 8-micro-batch step take? Answer in ms; the
+# check passes it your run's measured times, and tells you how far the real 8-micro-batch step was.
+
+# %% [markdown] lang=zh
+# **6.4** 只有 1 个微批次的时间线在标题中给出了这次运行一步的用时。如果每个 rank 都有一个属于自己的处理器，并且每一段的用时与它计算的样本数成正比，那么理想情况下使用 8 个微批次的一步要多少毫秒？请以毫秒为单位回答；单元格会把你这次运行测得的时间传给检查，并告诉你实际的 8 个微批次的一步与它相差多少。
+
+# %%
+answer = ...    # ms of a perfect 8-micro-batch step, from the 1-micro-batch step's time
+check("6.4", answer, t1_ms=1000 * step_seconds(1), t8_ms=1000 * step_seconds(8), stages=n_stages, micro=8,
+      usable=usable)
 
 # %%
 %ddp_stop

@@ -1,5 +1,5 @@
 # %% [markdown]
-# # Lesson 9 · Stragglers and uneven inputs
+# # Lesson 10 · Stragglers and uneven inputs
 #
 # **In short.** In data-parallel training every step ends with an all-reduce of the gradients, and a
 # collective finishes only when **every** rank has joined it. So the whole group runs at the pace of
@@ -11,34 +11,40 @@
 # of step: one rank has more batches than another, and `Join` keeps the ranks that finish first in
 # the all-reduces until every rank is done.
 #
-# **简介。** 数据并行训练的每一步都以梯度的 all-reduce 结束，而集合通信要等**所有** rank
-# 都加入才会完成。所以整个组的速度由最慢的那个 rank（*慢节点*）决定。这一课在训练进行时用滑块
-# 让 rank 2 变慢，在仪表盘上看四个 rank 一起降到同样的低速；几步训练的时间线显示时间花在哪里。
-# 然后修复慢节点：按测得的速度，分给它较小的一份全局批次，并给每个 rank 的损失加权，使更新仍然
-# 恰好等于整个批次的梯度。最后一部分讲 rank 步调不一致的另一种情况：各 rank 的批次数不同，
-# 用 `Join` 让先结束的 rank 继续参加 all-reduce，直到所有 rank 都完成。
+# **You will learn**
+# - why one slow rank slows every rank down: each all-reduce waits for the last rank to arrive
+# - how to read a straggler off ddplab's timeline: who computes, who waits, and for how long
+# - how to split the global batch by measured speed, and why the loss must then be weighted to keep the same update
+# - what happens when ranks have different numbers of batches, and how `Join` lets them finish together
+#
+# **Study time:** about 45 minutes
+#
+# **Needs:** nothing beyond ddplab and torch · 4 ranks
 #
 # **You will see:** every rank's samples/s falling together when a slider slows one rank; a
 # timeline in which rank 2 computes while the others wait; throughput recovered by rebalancing the
 # batch, with the same gradient to 1e-6; uneven data finished cleanly with `Join`.
 
 # %% [markdown] lang=zh
-# # 第 9 课 · 慢节点与不均匀数据
+# # 第 10 课 · 慢节点与不均匀数据
 #
-# **简而言之**：数据并行训练的每一步都以梯度的 all-reduce 结束，而一次集合通信要等**所有**进程
-# （rank）都加入才会完成。所以整个组按最慢的那个 rank，也就是*慢节点*的节奏前进。这一课在训练
-# 进行时用滑块让 rank 2 变慢，你会在仪表盘上看到四个 rank 一起降到同样的低速；几步训练的时间线
-# 显示时间花在了哪里。接着修复慢节点：按测得的速度分给它较小的一份全局批次，并给每个 rank 的
-# 损失加权，使更新仍然恰好等于整个批次的梯度。最后一部分讲 rank 步调不一致的另一种情况：某个
-# rank 的批次比别的 rank 多，`Join` 让先做完的 rank 继续参加 all-reduce，直到所有 rank 都完成。
+# **简而言之**：数据并行训练的每一步都以梯度的 all-reduce 结束，而一次集合通信要等**所有**进程（rank）都加入才会完成。所以整个组按最慢的那个 rank，也就是*慢节点*的节奏前进。这一课在训练进行时用滑块让 rank 2 变慢，你会在仪表盘上看到四个 rank 一起降到同样的低速；几步训练的时间线显示时间花在了哪里。接着修复慢节点：按测得的速度分给它较小的一份全局批次，并给每个 rank 的损失加权，使更新仍然恰好等于整个批次的梯度。最后一部分讲 rank 步调不一致的另一种情况：某个 rank 的批次比别的 rank 多，`Join` 让先做完的 rank 继续参加 all-reduce，直到所有 rank 都完成。
 #
-# **你将看到**：滑块让一个 rank 变慢时，每个 rank 的样本/秒一起下降；一条时间线，其中 rank 2 在
-# 计算，其他 rank 在等待；重新分配批次后吞吐量恢复，而梯度在 1e-6 以内保持不变；不均匀的数据
-# 借助 `Join` 顺利完成。
+# **你将学到**
+# - 为什么一个慢 rank 会拖慢所有 rank：每次 all-reduce 都要等最后一个 rank 到达
+# - 怎样从 ddplab 的时间线上看出慢节点：谁在计算、谁在等待、等了多久
+# - 怎样按测得的速度拆分全局批次，以及为什么这时必须给损失加权才能保持同样的更新
+# - 各 rank 的批次数不同时会发生什么，以及 `Join` 如何让它们一起结束
+#
+# **学习时间**：约 45 分钟
+#
+# **需要**：除 ddplab 和 torch 外无需其他 · 4 个 rank
+#
+# **你将看到**：滑块让一个 rank 变慢时，每个 rank 的样本/秒一起下降；一条时间线，其中 rank 2 在计算，其他 rank 在等待；重新分配批次后吞吐量恢复，而梯度在 1e-6 以内保持不变；不均匀的数据借助 `Join` 顺利完成。
 
 # %%
 %load_ext ddplab
-from ddplab.lessons import draw, knobs, say
+from ddplab.lessons import check, draw, knobs, say
 
 # %%
 %ddp_start 4
@@ -61,15 +67,10 @@ from ddplab.lessons import draw, knobs, say
 # %% [markdown] lang=zh
 # ## 分两段计时的训练步，以及一个较慢的 rank 2
 #
-# 用一个小模型，每个 rank 一个固定的 64 样本批次。为了让计时不受这台机器上其他程序的影响，每个
-# rank 处理样本的工作量是在小模型真实计算之外模拟出来的：`work(n)` 每个样本睡眠 0.25 毫秒，大约
-# 相当于一个更大模型的前向和反向传播所需的时间。rank 2 扮演一台较慢的机器：它处理样本要花
-# `1 + slow` 倍的时间，其中 `slow` 是一个旋钮 `ddplab.knob("slow", 0)`，训练运行时由滑块设置
-# （0 表示和其他 rank 一样快）。每一步用 `Timeline` 分两段记录：
+# 用一个小模型，每个 rank 一个固定的 64 样本批次。为了让计时不受这台机器上其他程序的影响，每个 rank 处理样本的工作量是在小模型真实计算之外模拟出来的：`work(n)` 每个样本睡眠 0.25 毫秒，大约相当于一个更大模型的前向和反向传播所需的时间。rank 2 扮演一台较慢的机器：它处理样本要花原来的 `1 + slow` 倍的时间，其中 `slow` 是一个旋钮 `ddplab.knob("slow", 0)`，训练运行时由滑块设置（0 表示和其他 rank 一样快）。每一步用 `Timeline` 分两段记录：
 #
 # - **compute**（计算）：前向传播、损失，以及模拟的工作量；
-# - **sync**（同步）：`backward()` 和 `opt.step()`。DDP 在 `backward()` 期间 all-reduce 梯度。
-#   模型这么小，这一段几乎全是 all-reduce；先到的 rank 就在这里等待其他 rank。
+# - **sync**（同步）：`backward()` 和 `opt.step()`。DDP 在 `backward()` 期间 all-reduce 梯度。模型这么小，这一段几乎全是 all-reduce；先到的 rank 就在这里等待其他 rank。
 
 # %%
 %%ddp
@@ -105,14 +106,9 @@ def work(n):
 # %% [markdown] lang=zh
 # ## 一个慢 rank 拖慢所有 rank
 #
-# 下一个单元格在**后台**训练（`%%ddp --background` 立即返回，仪表盘继续实时更新）`SECONDS` 秒。
-# 它下面的滑块在每个 rank 上设置 `slow`，但只有 rank 2 会照着做。在训练进行时拖动滑块，观察
-# 仪表盘：**四个** rank 的样本/秒一起下降。rank 0、1、3 本身并没有变慢，它们只是在每次 all-reduce
-# 时等待 rank 2。
+# 下一个单元格在**后台**训练（`%%ddp --background` 立即返回，仪表盘继续实时更新）`SECONDS` 秒。它下面的滑块在每个 rank 上设置 `slow`，但只有 rank 2 会照着做。在训练进行时拖动滑块，观察仪表盘：**四个** rank 的样本/秒一起下降。rank 0、1、3 本身并没有变慢，它们只是在每次 all-reduce 时等待 rank 2。
 #
-# 与第 8 课的平均周期不同，这个旋钮不会改变各 rank 调用哪些集合通信，所以新值到达哪个 rank，
-# 那个 rank 就可以随时照着做。各 rank 必须一致的是何时停止：每 10 步，rank 0 广播一次它的时钟
-# 是否显示时间已到。
+# 与第 8 课的平均周期不同，这个旋钮不会改变各 rank 调用哪些集合通信，所以新值到达哪个 rank，那个 rank 就可以随时照着做。各 rank 必须一致的是何时停止：每 10 步，rank 0 广播一次它的时钟是否显示时间已到。
 
 # %%
 %%ddp --background
@@ -145,9 +141,7 @@ w
 # instead of 16), and `%ddp_wait` waits for the training to end.
 
 # %% [markdown] lang=zh
-# 如果没有人操作、从头到尾自动运行，notebook 会自己移动滑块：下一个单元格等待 2 秒，把它设为 3
-# （于是 rank 2 处理样本要花 4 倍的时间：每步的工作量从 16 毫秒变成 64 毫秒），然后
-# `%ddp_wait` 等训练结束。
+# 如果没有人操作、从头到尾自动运行，notebook 会自己移动滑块：下一个单元格等待 2 秒，把它设为 3（于是 rank 2 处理样本的耗时变为原来的 4 倍：每步的工作量从 16 毫秒变成 64 毫秒），然后 `%ddp_wait` 等训练结束。
 
 # %%
 import time
@@ -161,8 +155,7 @@ w.value = 3
 # steps at the moment rank 2 first slowed down, and compare its samples/s before and after.
 
 # %% [markdown] lang=zh
-# `%ddp_history` 记录了每个 rank 的每一步，以及那个 rank 当时看到的旋钮值。以 rank 2 第一次变慢
-# 的时刻为界，把每个 rank 的步分成前后两段，比较它前后的样本/秒。
+# `%ddp_history` 记录了每个 rank 的每一步，以及那个 rank 当时看到的旋钮值。以 rank 2 第一次变慢的时刻为界，把每个 rank 的步分成前后两段，比较它前后的样本/秒。
 
 # %%
 import numpy as np
@@ -202,9 +195,7 @@ draw.lines({f"rank {r}": (bins[1:], np.histogram(per_rank[r].array("time"), bins
 # %% [markdown] lang=zh
 # ## 时间花在哪里：四步的时间线
 #
-# 取变慢阶段中间的四步，所有 rank 使用同一个时钟。rank 2 的 **compute** 条是其他 rank 的
-# `1 + slow` 倍长。其他 rank 较早算完，然后把这一步的大部分时间花在 **sync** 上，等待 rank 2
-# 的梯度。它们的 sync 条都在同一时刻结束，也就是 rank 2 加入 all-reduce 的时刻。
+# 取变慢阶段中间的四步，所有 rank 使用同一个时钟。rank 2 的 **compute** 条是其他 rank 的 `1 + slow` 倍长。其他 rank 较早算完，然后把这一步的大部分时间花在 **sync** 上，等待 rank 2 的梯度。它们的 sync 条都在同一时刻结束，也就是 rank 2 加入 all-reduce 的时刻。
 
 # %%
 events = %ddp_gather timeline.events
@@ -266,24 +257,15 @@ print(say("rank 2 spends its step computing; ranks 0, 1, 3 spend theirs waiting 
 # slider, which moves the same knob.
 
 # %% [markdown] lang=zh
-# rank 2 自己的 sync 条一直很短：它到达时，其他 rank 早已在等待，所以 all-reduce 立刻开始。
-# 其他 rank 在 sync 中多花的每一秒，都是 rank 2 多做的那份工作。
+# rank 2 自己的 sync 条一直很短：它到达时，其他 rank 早已在等待，所以 all-reduce 立刻开始。其他 rank 在 sync 中多花的每一秒，都是 rank 2 多做的那份工作。
 #
 # ## 修复慢节点：给它更少的工作
 #
-# 整个组的速度取决于最慢的 rank，那就让每个 rank 一样快：保持**全局**批次不变（每步 256 个样本，
-# 这是优化器看到的），但按各 rank 的速度按比例拆分。先让每个 rank 单独测量自己的样本/秒：在模型的
-# 一个普通副本上做前向、反向和它自己的（模拟）工作量（没有 all-reduce，所以不用等待别人）。
-# `all_gather_object` 让各 rank 共享这四个速度，再把 256 个样本按比例分配。
+# 整个组的速度取决于最慢的 rank，那就让每个 rank 一样快：保持**全局**批次不变（每步 256 个样本，这是优化器看到的），但按各 rank 的速度按比例拆分。先让每个 rank 单独测量自己的样本/秒：在模型的一个普通副本上做前向、反向和它自己的（模拟）工作量（没有 all-reduce，所以不用等待别人）。`all_gather_object` 让各 rank 共享这四个速度，再把 256 个样本按比例分配。
 #
-# **更新必须保持不变。** DDP 对各 rank 的梯度取*平均*：不管某个 rank 有多少样本，它都只占 1/4。
-# 批次不均匀时这就错了：rank 2 那几个样本的分量，会和别的 rank 的许多样本一样重。全局批次的梯度
-# 是全部 256 个样本的平均，也就是把每个 rank 的平均梯度按它的份额 b_r / 256 加权。所以每个 rank
-# 在 `backward()` 之前把自己的损失乘以 b_r × 4 / 256；DDP 再除以 4 之后，得到的恰好是
-# Σ_r (b_r / 256) × （rank r 的平均梯度）= 全部 256 个样本的平均梯度。
+# **更新必须保持不变。** DDP 对各 rank 的梯度取*平均*：不管某个 rank 有多少样本，它都只占 1/4。批次不均匀时这就错了：rank 2 那几个样本的分量，会和别的 rank 的许多样本一样重。全局批次的梯度是全部 256 个样本的平均，也就是把每个 rank 的平均梯度按它的份额 b_r / 256 加权。所以每个 rank 在 `backward()` 之前把自己的损失乘以 b_r × 4 / 256；DDP 再除以 4 之后，得到的恰好是 Σ_r (b_r / 256) × （rank r 的平均梯度）= 全部 256 个样本的平均梯度。
 #
-# `slow` 保持为 3（rank 2 慢 4 倍）：以防你动过滑块，这里用 `%ddp_knob` 再设一次；滑块调的也是
-# 同一个旋钮。
+# `slow` 保持为 3（rank 2 的耗时是原来的 4 倍）：以防你动过滑块，这里用 `%ddp_knob` 再设一次；滑块调的也是同一个旋钮。
 
 # %%
 %ddp_knob slow 3
@@ -340,7 +322,7 @@ def train_steps(steps, sizes):
 # rank's seconds per step: `compute`, `comm`, `wait` and the whole `step`.
 
 # %% [markdown] lang=zh
-# 先按普通的做法训练 30 步：每个 rank 64 个样本，rank 2 慢 4 倍。ddplab 为每个 `%%ddp` 单元格记录一条**时间线**（第 4 课用它观察了 DDP 的桶）：在每个 rank 上，每次前向计算、反向传播、优化器更新和每次 all-reduce 都用同一个时钟记录下来，每次 all-reduce 中等待最后一个 rank 到达的那一部分也单独记下。`%ddp_timeline` 返回最近一个 `%%ddp` 单元格的时间线。它的 `verdict()` 指出其他 rank 在等哪个 rank，`breakdown()` 给出每个 rank 每一步的秒数：`compute`（计算）、`comm`（通信）、`wait`（等待）和整步的 `step`。
+# 先按普通的做法训练 30 步：每个 rank 64 个样本，rank 2 的耗时是原来的 4 倍。ddplab 为每个 `%%ddp` 单元格记录一条**时间线**（第 4 课用它观察了 DDP 的桶）：在每个 rank 上，每次前向计算、反向传播、优化器更新和每次 all-reduce 都用同一个时钟记录下来，每次 all-reduce 中等待最后一个 rank 到达的那一部分也单独记下。`%ddp_timeline` 返回最近一个 `%%ddp` 单元格的时间线。它的 `verdict()` 指出其他 rank 在等哪个 rank，`breakdown()` 给出每个 rank 每一步的秒数：`compute`（计算）、`comm`（通信）、`wait`（等待）和整步的 `step`。
 
 # %%
 %%ddp
@@ -380,7 +362,7 @@ tl_even
 # disappear.
 
 # %% [markdown] lang=zh
-# 每一步中只有很少的时间在计算。模拟的工作量是前向传播和 `backward()` 之间的一次 `time.sleep`，不是 PyTorch 运算，所以它没有自己的条（breakdown 的 `compute` 也不包括它）：它就是每次反向传播之前的那段空白，在 rank 2 上长四倍。接着 rank 0、1、3 先到达 all-reduce，在那里（红色部分）一直等到 rank 2 到达。它们的反向传播条之所以很长，只是因为 `backward()` 要等 all-reduce 完成才返回（breakdown 只把反向传播中梯度就绪之前的部分算作计算）。这段等待就是慢节点让它们在每一步付出的代价，差不多等于 rank 2 多出的全部 48 毫秒工作量。rank 2 最后到达，不用等任何 rank。
+# 每一步中只有很少的时间在计算。模拟的工作量是前向传播和 `backward()` 之间的一次 `time.sleep`，不是 PyTorch 运算，所以它没有自己的条（breakdown 的 `compute` 也不包括它）：它就是每次反向传播之前的那段空白，在 rank 2 上的长度是其他 rank 的四倍。接着 rank 0、1、3 先到达 all-reduce，在那里（红色部分）一直等到 rank 2 到达。它们的反向传播条之所以很长，只是因为 `backward()` 要等 all-reduce 完成才返回（breakdown 只把反向传播中梯度就绪之前的部分算作计算）。这段等待就是慢节点让它们在每一步付出的代价，差不多等于 rank 2 多出的全部 48 毫秒工作量。rank 2 最后到达，不用等任何 rank。
 #
 # 现在用按速度拆分的全局批次把同样的 30 步再训练一遍。在时间线上，红色应该几乎消失。
 
@@ -407,11 +389,11 @@ tl_balanced
 # %% [markdown]
 # Every rank now reaches the all-reduce at about the same moment, so there is little left to wait
 # for: the time ranks 0, 1 and 3 spent waiting now goes into samples. What is left is noise, the
-# ranks sharing this machine's cores, and the rounding of the shares. The shares themselves, and the
+# four ranks competing for this one machine's CPU, and the rounding of the shares. The shares themselves, and the
 # throughput of the two runs:
 
 # %% [markdown] lang=zh
-# 现在每个 rank 到达 all-reduce 的时刻都差不多，所以几乎没有什么可等的了：rank 0、1、3 原来花在等待上的时间，现在用来处理样本。剩下的那一点等待来自噪声（各 rank 共享本机的 CPU 核）以及份额的取整。下面是各 rank 分到的份额，以及两次运行的吞吐量：
+# 现在每个 rank 到达 all-reduce 的时刻都差不多，所以几乎没有什么可等的了：rank 0、1、3 原来花在等待上的时间，现在用来处理样本。剩下的那一点等待来自噪声（四个 rank 在同一台机器上争用 CPU）以及份额的取整。下面是各 rank 分到的份额，以及两次运行的吞吐量：
 
 # %%
 speeds = %ddp_gather speeds
@@ -423,7 +405,7 @@ for r in range(4):
     print(say(f"rank {r}: {speeds[r]:7,.0f} samples/s alone -> {sizes[r]:3} of the 256 samples per step",
               f"rank {r}：单独 {speeds[r]:7,.0f} 样本/秒 -> 每步 256 个样本中分到 {sizes[r]:3} 个"))
 print(say(f"64 samples each: {even:.1f} steps/s; in proportion to speed: {balanced:.1f} steps/s ({balanced / even:.1f}x)",
-          f"每个 rank 64 个样本：{even:.1f} 步/秒；按速度比例分配：{balanced:.1f} 步/秒（{balanced / even:.1f} 倍）"))
+          f"每个 rank 64 个样本：{even:.1f} 步/秒；按速度比例分配：{balanced:.1f} 步/秒（是前者的 {balanced / even:.1f} 倍）"))
 assert sum(sizes) == 256 and sizes[2] < min(sizes[r] for r in (0, 1, 3))
 assert balanced > 1.25 * even, (even, balanced)
 draw.bars(None, panels=[
@@ -439,10 +421,7 @@ draw.bars(None, panels=[
 # plain copy of the model on all 256 samples, the full-batch mean gradient.
 
 # %% [markdown] lang=zh
-# **更新还是原来那个吗？** 从同样的参数、同样的 256 个样本的全局批次出发，用三种方式计算一步的
-# 梯度：(1) DDP，批次按不均匀的份额拆分，损失加权；(2) DDP，同样不均匀的份额，但损失不加权
-# （每个 rank 的平均各占 1/4）；(3) 完全不用 DDP：在一个 rank 上用模型的普通副本处理全部 256 个
-# 样本，得到整个批次的平均梯度。
+# **更新还是原来那个吗？** 从同样的参数、同样的 256 个样本的全局批次出发，用三种方式计算一步的梯度：(1) DDP，批次按不均匀的份额拆分，损失加权；(2) DDP，同样不均匀的份额，但损失不加权（每个 rank 的平均各占 1/4）；(3) 完全不用 DDP：在一个 rank 上用模型的普通副本处理全部 256 个样本，得到整个批次的平均梯度。
 
 # %%
 %%ddp
@@ -486,12 +465,7 @@ assert plain_gap > 1000 * weighted_gap                   # without the weights i
 # before the split. (Layers such as `BatchNorm` would also see a different batch on each rank.)
 
 # %% [markdown] lang=zh
-# **一种常见说法：**“设备之间负载不均衡，可以通过调整任务分配来解决。”**实际情况是：**给慢 rank
-# 分配较小的份额，确实让吞吐量恢复了（见上面打印的步/秒），但只有给损失加权才能让训练保持不变：
-# 不加权时，DDP 对不均匀批次的简单平均会得到另一个梯度（差距见上面打印的数字），它过分看重慢
-# rank 的少数样本，悄悄改变了优化过程，却没有任何错误提示。而且速度必须实测，还要反复测：此刻
-# 慢的机器，一分钟后未必还慢，所以这里的速度是在拆分之前由各 rank 自己测得的。（像 `BatchNorm`
-# 这样的层，在每个 rank 上看到的批次也会不同。）
+# **一种常见说法：**“设备之间负载不均衡，可以通过调整任务分配来解决。”**实际情况是：**给慢 rank 分配较小的份额，确实让吞吐量恢复了（见上面打印的步/秒），但只有给损失加权才能让训练保持不变：不加权时，DDP 对不均匀批次的简单平均会得到另一个梯度（差距见上面打印的数字），它过分看重慢 rank 的少数样本，悄悄改变了优化过程，却没有任何错误提示。而且速度必须实测，还要反复测：此刻慢的机器，一分钟后未必还慢，所以这里的速度是在拆分之前由各 rank 自己测得的。（像 `BatchNorm` 这样的层，在每个 rank 上看到的批次也会不同。）
 
 # %% [markdown]
 # ## Uneven inputs: one rank runs out of data first
@@ -520,21 +494,11 @@ assert plain_gap > 1000 * weighted_gap                   # without the weights i
 # %% [markdown] lang=zh
 # ## 不均匀的输入：某个 rank 先用完数据
 #
-# 现在来看另一种步调不一致。rank *r* 有 `10 + 4·r` 个批次：rank 0 有 10 个，rank 3 有 22 个。
-# （数据集按大小不同的文件拆分时，或者使用 `drop_last=False` 又恰好分得不巧时，就会这样。）
+# 现在来看另一种步调不一致。rank *r* 有 `10 + 4·r` 个批次：rank 0 有 10 个，rank 3 有 22 个。（数据集按大小不同的文件拆分时，或者使用 `drop_last=False` 又恰好分得不巧时，就会这样。）
 #
-# **不加处理就会卡住。** rank 0 处理完第 10 个批次后就离开循环，不再调用 `backward()`，所以它永远
-# 不会加入第 11 次 all-reduce。rank 1-3 在那次 all-reduce 里一直等它，直到进程组超时（ddplab 中为
-# 30 秒，torch 默认是 30 分钟），然后失败。更糟的是，rank 0 接下来调用的集合通信（检查点的
-# barrier、评估时的 all-reduce）会和其他 rank 的梯度 all-reduce 配成一对。（在练习 1 中试一试。）
+# **不加处理就会卡住。** rank 0 处理完第 10 个批次后就离开循环，不再调用 `backward()`，所以它永远不会加入第 11 次 all-reduce。rank 1-3 在那次 all-reduce 里一直等它，直到进程组超时（ddplab 中为 30 秒，torch 默认是 30 分钟），然后失败。更糟的是，rank 0 接下来调用的集合通信（检查点的 barrier、评估时的 all-reduce）会和其他 rank 的梯度 all-reduce 配成一对。（在练习 1 中试一试。）
 #
-# **`Join`**（`torch.distributed.algorithms.Join`）能解决这个问题。把循环包在
-# `with Join([model]):` 中。用完批次的 rank 就会*加入*（join）：在所有 rank 都加入之前，它继续参加
-# 其他 rank 发起的每一次 all-reduce，并为自己的梯度贡献**零**（DDP 用“影子” all-reduce 顶替那些
-# 缺席的调用）。
-# 已加入的 rank 不再调用 `opt.step()`，所以它的参数会落后；当最后一个 rank 完成时，`Join` 把这个
-# rank 的参数广播给所有 rank，于是每个 rank 最终得到同一个模型。默认情况下，梯度之和仍然除以
-# 完整的进程数（4），所以在最后几步中，平均值是按“已完成的 rank 梯度为零”来计算的。
+# **`Join`**（`torch.distributed.algorithms.Join`）能解决这个问题。把循环包在 `with Join([model]):` 中。用完批次的 rank 就会*加入*（join）：在所有 rank 都加入之前，它继续参加其他 rank 发起的每一次 all-reduce，并为自己的梯度贡献**零**（DDP 用“影子” all-reduce 顶替那些缺席的调用）。已加入的 rank 不再调用 `opt.step()`，所以它的参数会落后；当最后一个 rank 完成时，`Join` 把这个 rank 的参数广播给所有 rank，于是每个 rank 最终得到同一个模型。默认情况下，梯度之和仍然除以完整的进程数（4），所以在最后几步中，平均值是按“已完成的 rank 梯度为零”来计算的。
 #
 # 一个 `CommCounter` 钩子统计每个 rank 参加的梯度 all-reduce 次数。
 
@@ -569,9 +533,7 @@ spread = param_spread(model)                             # 0.0: identical parame
 # it had only `10 + 4·r` batches of its own. And all hold the same parameters.
 
 # %% [markdown] lang=zh
-# 每个 rank 都完成了。尽管自己只有 `10 + 4·r` 个批次，每个 rank 参加的 all-reduce 次数都相同
-# （22 次，即批次最多的 rank 的步数：这个小模型的梯度放得进一个桶，所以每步一次 all-reduce）。
-# 而且所有 rank 持有相同的参数。
+# 每个 rank 都完成了。尽管自己只有 `10 + 4·r` 个批次，每个 rank 参加的 all-reduce 次数都相同（22 次，即批次最多的 rank 的步数：这个小模型的梯度放得进一个桶，所以每步一次 all-reduce）。而且所有 rank 持有相同的参数。
 
 # %%
 steps = %ddp_gather steps
@@ -594,61 +556,74 @@ draw.bars(None, panels=[
 # it, thermal throttling, a slow disk or data loader, an unlucky placement) and watch per-rank step
 # times, as the dashboard's table does. If it stays slow, give it less of each global batch and
 # weight the losses, as above, or give it fewer batches and finish with `Join`. Asynchronous or
-# local-SGD methods (lesson 8) wait less often, at the cost of stale gradients or of ranks drifting
+# local-SGD methods (lessons 9 and 8) wait less often, at the cost of stale gradients or of ranks drifting
 # apart between syncs.
 
 # %% [markdown] lang=zh
-# **实践中如何应对慢节点。** 先查明那台机器为什么慢（上面还跑着别的作业、过热降频、磁盘或数据
-# 加载慢、放置位置不巧），并监视每个 rank 的步耗时，就像仪表盘的表格那样。如果它一直慢，就像
-# 上面那样给它分配较少的全局批次并给损失加权，或者给它较少的批次、最后用 `Join` 收尾。异步或
-# 本地 SGD 方法（第 8 课）等待得更少，代价是梯度陈旧，或者各 rank 在两次同步之间逐渐分开。
+# **实践中如何应对慢节点。** 先查明那台机器为什么慢（上面还跑着别的作业、过热降频、磁盘或数据加载慢、放置位置不巧），并监视每个 rank 的步耗时，就像仪表盘的表格那样。如果它一直慢，就像上面那样给它分配较少的全局批次并给损失加权，或者给它较少的批次、最后用 `Join` 收尾。异步或本地 SGD 方法（第 9 课和第 8 课）等待得更少，代价是梯度陈旧，或者各 rank 在两次同步之间逐渐分开。
 
 # %% [markdown]
 # ## Exercises
 #
-# 1. Run the uneven-input cell **without** `Join` (remove the `with Join([model]):` line and
-#    dedent the loop) after `%ddp_start 4 --timeout 5` (restart the pool with `%ddp_stop`
-#    first). Which ranks fail, after how long, and what does ddplab say? How many steps did each
-#    rank finish (`%ddp_gather steps`)?
-# 2. Make rank 1 the straggler with `%ddp_fault slow 1 2` (a drill: every step of rank 1 takes twice
-#    as long) and run the background cell again with the slider at 0. Predict the total samples/s
-#    from the numbers above before you look. (`%ddp_fault clear` ends it.)
-# 3. Rebalance with `slow` at 5, then at 1 (`%ddp_knob slow 5`, then run the rebalancing cell
-#    again). How do the shares and the speed-up change? Rebalancing shortens the longest compute
-#    bar: which part of a step does it not shorten at all (look at rank 2's sync bars), and what
-#    does that mean for the best speed-up you can get?
-# 4. Pass `Join([model], divide_by_initial_world_size=False)`: the average in the last steps is
-#    then taken over the ranks still training only. Compare the final parameters (e.g. with
-#    `ddplab.workloads.param_checksum(model.module)`) with the default. Which one is the "right" average?
+# Write your answer in place of `...` and run the cell: `check` says whether it is right for this
+# run, and why.
 #
-# ## 练习
-#
-# 1. 去掉 `with Join([model]):`（并取消循环的缩进），先 `%ddp_stop`，再 `%ddp_start 4 --timeout 5`，
-#    然后运行不均匀数据的单元格。哪些 rank 失败了？过了多久？ddplab 报告了什么？
-#    每个 rank 完成了多少步（`%ddp_gather steps`）？
-# 2. 用 `%ddp_fault slow 1 2` 让 rank 1 成为慢节点（一种演练：rank 1 的每一步都要花两倍时间），
-#    把滑块放在 0，再运行一次后台训练的单元格。先根据上面的数字预测总的样本/秒，再去看结果。
-#    （`%ddp_fault clear` 取消演练。）
-# 3. 分别在 `slow` 为 5 和 1 时重新分配批次（先 `%ddp_knob slow 5`，再运行一次重新分配的单元格）。
-#    份额和加速比如何变化？重新分配缩短的是最长的 compute 条：一步中哪一部分它完全缩短不了
-#    （看 rank 2 的 sync 条）？这对能得到的最大加速比意味着什么？
-# 4. 使用 `Join([model], divide_by_initial_world_size=False)`：最后几步只在仍在训练的 rank 之间取平均。
-#    用 `ddplab.workloads.param_checksum(model.module)` 比较与默认设置的最终参数。哪一种才是“正确”的平均？
+# **10.1** Predict: with `slow` at 1 instead of 3 (rank 2's work 32 ms per step instead of 16),
+# how many samples/s would the whole group train at? Start from each rank's samples/s before rank 2
+# slowed (printed after the background run) and the time one step took then. Answer with a number
+# of samples/s for the 4 ranks together; then try it: run the background cell again and set the
+# slider to 1.
 
 # %% [markdown] lang=zh
 # ## 练习
 #
-# 1. 去掉 `with Join([model]):`（并取消循环的缩进），先 `%ddp_stop`，再 `%ddp_start 4 --timeout 5`，
-#    然后运行不均匀数据的单元格。哪些 rank 失败了？过了多久？ddplab 报告了什么？
-#    每个 rank 完成了多少步（`%ddp_gather steps`）？
-# 2. 用 `%ddp_fault slow 1 2` 让 rank 1 成为慢节点（一种演练：rank 1 的每一步都要花两倍时间），
-#    把滑块放在 0，再运行一次后台训练的单元格。先根据上面的数字预测总的样本/秒，再去看结果。
-#    （`%ddp_fault clear` 取消演练。）
-# 3. 分别在 `slow` 为 5 和 1 时重新分配批次（先 `%ddp_knob slow 5`，再运行一次重新分配的单元格）。
-#    份额和加速比如何变化？重新分配缩短的是最长的 compute 条：一步中哪一部分它完全缩短不了
-#    （看 rank 2 的 sync 条）？这对能得到的最大加速比意味着什么？
-# 4. 使用 `Join([model], divide_by_initial_world_size=False)`：最后几步只在仍在训练的 rank 之间取平均。
-#    用 `ddplab.workloads.param_checksum(model.module)` 比较与默认设置的最终参数。哪一种才是“正确”的平均？
+# 把 `...` 换成你的答案并运行单元格：`check` 会告诉你，对这次运行来说答案对不对，以及为什么。
+#
+# **10.1** 预测：如果 `slow` 是 1 而不是 3（rank 2 每步的工作量从 16 毫秒变为 32 毫秒），整个组每秒能训练多少个样本？从 rank 2 变慢之前各 rank 的样本/秒（后台训练之后打印的）以及当时一步所花的时间出发。请写出 4 个 rank 合计的样本/秒；然后试一试：再运行一次后台训练的单元格，把滑块设为 1。
+
+# %%
+answer = ...    # samples/s of the whole group with slow = 1
+check("10.1", answer, before=before, batch=64, seconds_per_sample=0.00025, slow=1)
+
+# %% [markdown]
+# **10.2** Suppose the simulated work were the only cost of a step (no forward, backward or
+# all-reduce time). With rank 2 four times as slow (`slow` = 3), how many times as many steps per
+# second would the split by speed give as 64 samples each? Answer with a number; then compare it
+# with the ratio measured above, and say which parts of a step the split cannot shorten.
+
+# %% [markdown] lang=zh
+# **10.2** 假设模拟的工作量是一步中唯一的开销（前向、反向和 all-reduce 都不花时间）。rank 2 的耗时是原来的 4 倍（`slow` = 3）时，按速度拆分得到的每秒步数是每个 rank 64 个样本时的多少倍？请写一个数；然后与上面测得的比值比较，并说说拆分缩短不了一步中的哪些部分。
+
+# %%
+answer = ...    # steps/s split by speed, as a multiple of steps/s with 64 samples each, if only the work counted
+check("10.2", answer, slow=3, even=even, balanced=balanced)
+
+# %% [markdown]
+# **10.3** In the uneven-input run with `Join`, only rank 3 still has batches in its steps 19 to
+# 22; the other ranks have joined and contribute zeros. With `Join`'s default
+# (`divide_by_initial_world_size=True`), what multiple of rank 3's own gradient is the averaged
+# gradient every rank steps with in those steps? Answer with a number, like 0.5.
+
+# %% [markdown] lang=zh
+# **10.3** 在使用 `Join` 的不均匀数据训练中，第 19 到 22 步只有 rank 3 还有批次；其他 rank 都已加入（join），贡献的是零。在 `Join` 的默认设置（`divide_by_initial_world_size=True`）下，这几步里每个 rank 用来更新的平均梯度是 rank 3 自己梯度的多少倍？请写一个数，例如 0.5。
+
+# %%
+answer = ...    # the averaged gradient as a multiple of rank 3's own, in steps 19 to 22
+check("10.3", answer, world_size=len(steps), steps=steps)
+
+# %% [markdown]
+# **10.4** Without `Join`, rank 0 leaves its loop after its 10th batch. In the all-reduce of which
+# step do ranks 1-3 wait for it until the group's timeout? Answer with a whole number. Then try it:
+# remove the `with Join([model]):` line (dedent the loop), restart the pool with `%ddp_stop` and
+# `%ddp_start 4 --timeout 5`, run the first `%%ddp` cell (it imports DDP), then the uneven-input
+# cell, and read what ddplab says.
+
+# %% [markdown] lang=zh
+# **10.4** 不用 `Join` 时，rank 0 处理完第 10 个批次后就离开循环。rank 1-3 会在第几步的 all-reduce 中一直等它，直到进程组超时？请写一个整数。然后试一试：删掉 `with Join([model]):` 这一行（取消循环的缩进），用 `%ddp_stop` 和 `%ddp_start 4 --timeout 5` 重启进程池，运行第一个 `%%ddp` 单元格（它导入 DDP），再运行不均匀数据的单元格，看看 ddplab 报告了什么。
+
+# %%
+answer = ...    # the step whose all-reduce ranks 1-3 wait in
+check("10.4", answer, steps=steps)
 
 # %%
 %ddp_stop

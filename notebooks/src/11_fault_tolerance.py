@@ -1,5 +1,5 @@
 # %% [markdown]
-# # Lesson 10 · Fault tolerance with checkpoints
+# # Lesson 11 · Fault tolerance with checkpoints
 #
 # **In short.** With many processes, one of them will crash sooner or later: a machine fails, or
 # the out-of-memory killer picks one process. The others then wait in their next all-reduce, and
@@ -10,33 +10,40 @@
 # second run, bring it back with `%ddp_restart`, and resume from the last checkpoint. The final
 # parameters equal those of the uninterrupted run exactly, bit for bit.
 #
-# **简介。** 进程一多，迟早会有一个崩溃：机器故障，或者某个进程被内存不足（OOM）机制杀掉。
-# 其他进程随后会卡在下一次 all-reduce 中，而训练保存在内存里的一切都会丢失。办法是
-# **检查点**：每隔几步保存模型、优化器状态和步数，并把训练循环写成可以从最近的检查点重新开始。
-# 这一课先完整运行一次确定性的训练循环，然后在第二次运行中途杀掉 rank 2，用 `%ddp_restart`
-# 把它恢复，再从最近的检查点继续训练。最终参数与不中断的运行完全相同，逐位一致。
+# **You will learn**
+# - what a checkpoint must hold for a resumed run to continue exactly: parameters, optimizer state, step, and data that depends on the step only
+# - how `ddplab.checkpoint` saves atomically on rank 0 and loads safely (`weights_only=True`) onto every rank
+# - why a `try`/`except` around training cannot survive a lost rank, and what recovery takes instead
+# - why rank 0 alone may save under DDP, and why sharded training (FSDP, ZeRO) needs `torch.distributed.checkpoint`
+#
+# **Study time:** about 40 minutes
+#
+# **Needs:** nothing beyond ddplab and torch · 4 ranks
 #
 # **You will see:** what a checkpoint holds, in plain torch; rank 2 lost on the dashboard while the
 # others' try/except catches nothing worth having; a restart, the run resumed from step 30, and its
 # loss curve matching the uninterrupted run step for step.
 
 # %% [markdown] lang=zh
-# # 第 10 课 · 用检查点实现容错
+# # 第 11 课 · 用检查点实现容错
 #
-# **简而言之**：进程一多，迟早会有一个崩溃：某台机器出了故障，或者内存不足（OOM）机制挑中了某个
-# 进程把它杀掉。其余进程（rank）随后会卡在下一次 all-reduce 里，而这次运行保存在内存中的一切都
-# 丢失了。补救的办法是**检查点**：每隔几步保存模型、优化器状态和步数，并把训练循环写成可以从最近的
-# 检查点重新开始的样子。这一课先不间断地运行一次确定性的训练循环，然后在第二次运行的中途杀掉
-# rank 2，用 `%ddp_restart` 把它恢复，再从最近的检查点继续训练。最终的参数与从未中断的那次运行完全
-# 相同，逐位一致。
+# **简而言之**：进程一多，迟早会有一个崩溃：某台机器出了故障，或者内存不足（OOM）机制挑中了某个进程把它杀掉。其余进程（rank）随后会卡在下一次 all-reduce 里，而这次运行保存在内存中的一切都丢失了。补救的办法是**检查点**：每隔几步保存模型、优化器状态和步数，并把训练循环写成可以从最近的检查点重新开始的样子。这一课先不间断地运行一次确定性的训练循环，然后在第二次运行的中途杀掉 rank 2，用 `%ddp_restart` 把它恢复，再从最近的检查点继续训练。最终的参数与从未中断的那次运行完全相同，逐位一致。
 #
-# **你将看到：** 用普通的 torch 代码看检查点里保存了什么；仪表盘上 rank 2 丢失，而其他 rank 的
-# try/except 捕获不到任何有用的东西；一次重启，从第 30 步恢复的运行，以及它的损失曲线与不中断的
-# 运行逐步吻合。
+# **你将学到**
+# - 要让恢复后的运行精确地接着进行，检查点必须保存什么：参数、优化器状态、步数，以及只取决于步数的数据
+# - `ddplab.checkpoint` 如何在 rank 0 上原子地保存，又如何安全地（`weights_only=True`）加载到每个 rank 上
+# - 为什么包在训练外面的 `try`/`except` 挽救不了丢失的 rank，恢复实际上需要做什么
+# - 为什么在 DDP 下只由 rank 0 保存就够了，而分片训练（FSDP、ZeRO）为什么需要 `torch.distributed.checkpoint`
+#
+# **学习时间**：约 40 分钟
+#
+# **需要**：除 ddplab 和 torch 外无需其他 · 4 个 rank
+#
+# **你将看到**：用普通的 torch 代码看检查点里保存了什么；仪表盘上 rank 2 丢失，而其他 rank 的 try/except 捕获不到任何有用的东西；一次重启，从第 30 步恢复的运行，以及它的损失曲线与不中断的运行逐步吻合。
 
 # %%
 %load_ext ddplab
-from ddplab.lessons import draw, say
+from ddplab.lessons import check, draw, say
 
 # %%
 %ddp_start 4
@@ -56,7 +63,7 @@ from ddplab.lessons import draw, say
 import os
 import tempfile
 
-ckpt_dir = tempfile.mkdtemp(prefix="ddplab-lesson10-")
+ckpt_dir = tempfile.mkdtemp(prefix="ddplab-lesson11-")
 ckpt_dir
 
 # %% [markdown]
@@ -80,30 +87,19 @@ ckpt_dir
 #    values in an order that depends on where a value sits in its bucket, and floating-point
 #    addition is not associative: `(a+b)+(c+d)` can differ from `((a+b)+c)+d` in the last bit.
 #    Without the warm-up, the resumed run's first step would add in a different order from the same
-#    step of the uninterrupted run. We measured it with this loop: without the warm-up the
-#    checksums after 60 steps differed in the 8th digit. (With 2 ranks they were equal: the order
-#    does not matter when there are only two values, `a+b == b+a`.)
+#    step of the uninterrupted run. When this loop was run without the warm-up, the checksums
+#    after 60 steps differed in the 8th digit (the digit can vary with the machine and the torch
+#    version). With 2 ranks they were equal: the order does not matter when there are only two
+#    values, `a+b == b+a`.
 
 # %% [markdown] lang=zh
-# 训练循环是一个函数，就像 `torchrun` 会在每个 worker 上启动的训练脚本。我们在 notebook 中写好它，再用
-# `%ddp_push` 把它发送到每个 rank。某个 rank 调用它时，它使用的是该 rank 自己的名字（`rank`、
-# `world_size`、`torch`、`nn`、`ddplab`）。
+# 训练循环是一个函数，就像 `torchrun` 会在每个 worker 上启动的训练脚本。我们在 notebook 中写好它，再用 `%ddp_push` 把它发送到每个 rank。某个 rank 调用它时，它使用的是该 rank 自己的名字（`rank`、`world_size`、`torch`、`nn`、`ddplab`）。
 #
 # 有三点保证恢复后的运行从第一次运行停下的地方精确地继续：
 #
-# 1. **检查点保存了全部状态**：`ddplab.checkpoint.save(path, model, opt, step)` 保存参数、优化器状态
-#    （SGD 的动量缓冲区也是状态）和步数。rank 0 先写一个临时文件，再把它重命名、覆盖旧文件，所以保存
-#    过程中崩溃也会留下完整的上一个检查点。`ddplab.checkpoint.load` 在 rank 0 上读取文件并广播出去，
-#    这样每个 rank 都从同一个状态继续。
-# 2. **每一步的数据只取决于 (step, rank)**，而与这个进程之前已经跑了多少步无关，所以无论运行是从第 0
-#    步还是第 30 步开始，第 31 步拿到的都是同一个批次。（使用 `DistributedSampler` 时，要保存 epoch，
-#    并在恢复时调用 `set_epoch`。）
-# 3. **训练前先做一次预热的反向传播。** 在第一步，DDP 按 `model.parameters()` 的顺序把梯度放进用于
-#    all-reduce 的桶；从第二步起，它改用梯度实际就绪的顺序（正好相反）。all-reduce 把 4 个 rank 的值
-#    相加的顺序，取决于一个值在桶中的位置，而浮点加法不满足结合律：`(a+b)+(c+d)` 与 `((a+b)+c)+d`
-#    可能在最后一位上不同。如果没有预热，恢复后运行的第一步与不中断运行的同一步会以不同的顺序相加。
-#    我们用这个循环测过：没有预热时，60 步之后的校验和在第 8 位有效数字上出现了差异。（用 2 个 rank
-#    时两者相等：只有两个值时顺序无关紧要，`a+b == b+a`。）
+# 1. **检查点保存了全部状态**：`ddplab.checkpoint.save(path, model, opt, step)` 保存参数、优化器状态（SGD 的动量缓冲区也是状态）和步数。rank 0 先写一个临时文件，再把它重命名、覆盖旧文件，所以保存过程中崩溃也会留下完整的上一个检查点。`ddplab.checkpoint.load` 在 rank 0 上读取文件并广播出去，这样每个 rank 都从同一个状态继续。
+# 2. **每一步的数据只取决于 (step, rank)**，而与这个进程之前已经跑了多少步无关，所以无论运行是从第 0 步还是第 30 步开始，第 31 步拿到的都是同一个批次。（使用 `DistributedSampler` 时，要保存 epoch，并在恢复时调用 `set_epoch`。）
+# 3. **训练前先做一次预热的反向传播。** 在第一步，DDP 按 `model.parameters()` 的顺序把梯度放进用于 all-reduce 的桶；从第二步起，它改用梯度实际就绪的顺序（正好相反）。all-reduce 把 4 个 rank 的值相加的顺序，取决于一个值在桶中的位置，而浮点加法不满足结合律：`(a+b)+(c+d)` 与 `((a+b)+c)+d` 可能在最后一位上不同。如果没有预热，恢复后运行的第一步与不中断运行的同一步会以不同的顺序相加。这个循环在没有预热的情况下运行时，60 步之后的校验和在第 8 位有效数字上出现了差异（具体是第几位，可能随机器和 torch 版本而不同）。用 2 个 rank 时两者相等：只有两个值时顺序无关紧要，`a+b == b+a`。
 
 # %%
 def train(steps, path, resume=False, every=10):
@@ -146,8 +142,7 @@ def train(steps, path, resume=False, every=10):
 # %% [markdown] lang=zh
 # ## 1. 参照：60 步，不中断
 #
-# `param_checksum` 把所有参数汇总成一个数，任何一个参数变了，这个数都会变。SGD 的状态，也就是
-# 动量缓冲区，也算一个校验和。
+# `param_checksum` 把所有参数汇总成一个数，任何一个参数变了，这个数都会变。SGD 的状态，也就是动量缓冲区，也算一个校验和。
 
 # %%
 %%ddp
@@ -177,9 +172,9 @@ print(say(f"every rank holds the same parameters (checksum {after_60[0][0]!r}) a
 #
 # ```python
 # state = {"model": model.module.state_dict(),   # the module inside DDP: keys without "module."
-#          "optimizer": opt.state_dict(),         # SGD's momentum buffers (Adam: its moments, step)
-#          "step": step,
-#          "extra": {}}                           # any other keywords given to save()
+#          "step": int(step),
+#          "extra": extra,                        # any other keywords given to save()
+#          "optimizer": opt.state_dict() if opt is not None else None}   # SGD's momentum buffers
 # fd, tmp = tempfile.mkstemp(prefix=f".{name}.tmp-", dir=folder)  # a new file, a random name
 # with open(fd, "wb") as f:
 #     torch.save(state, f)
@@ -194,7 +189,8 @@ print(say(f"every rank holds the same parameters (checksum {after_60[0][0]!r}) a
 # rename itself is durable.) `load(path, model, opt)` reads the file on rank 0 only, with
 # `torch.load(path, map_location="cpu", weights_only=True)`, sends it to the other ranks with
 # `dist.broadcast_object_list`, and on every rank calls `model.module.load_state_dict(...)` and
-# `opt.load_state_dict(...)`; it returns the step.
+# `opt.load_state_dict(...)`; it returns the step. If rank 0 cannot read the file, it broadcasts
+# the error instead, and every rank raises it: none is left waiting in the broadcast.
 #
 # Random number generator states are **not** in it. This loop does not need them: each step's batch
 # comes from a generator seeded with (step, rank). A loop that shuffles data or uses dropout with
@@ -203,23 +199,26 @@ print(say(f"every rank holds the same parameters (checksum {after_60[0][0]!r}) a
 #
 # `weights_only=True` (torch.load's default since torch 2.6) unpickles only tensors, numbers, strings
 # and plain containers, never arbitrary Python objects, so a file someone else put at that path
-# cannot run code in the ranks. That is why ddplab's `save` takes extras that are tensors or plain
-# values only, and `load` refuses anything else with a message. (Loading with `weights_only=True` had
-# holes of its own before torch 2.10: CVE-2025-32434, fixed in 2.6, and CVE-2026-24747, fixed in
-# 2.10. ddplab needs torch 2.13 or newer.) Rank 0 looks inside the reference run's checkpoint the
-# same way:
+# cannot run code in the ranks. ddplab always loads this way, never with `weights_only=False`. So
+# the extras given to `save` should be tensors or plain values (numbers, strings, lists, dicts):
+# `save` does not check them, but `load` refuses a file that holds anything else. Rank 0's
+# `torch.load` then fails with an `UnpicklingError`, and every rank raises a `ValueError` saying
+# that the file holds more than tensors and plain values; only for a file you trust does that
+# message point you to reading it yourself with `torch.load(path, weights_only=False)`. (Loading
+# with `weights_only=True` had holes of its own before torch 2.10: CVE-2025-32434, fixed in 2.6, and
+# CVE-2026-24747, fixed in 2.10. ddplab needs torch 2.13 or newer.) Rank 0 looks inside the
+# reference run's checkpoint the same way:
 
 # %% [markdown] lang=zh
 # ## 用普通的 torch 代码看检查点里有什么
 #
-# `ddplab.checkpoint` 只是几行普通的 torch 代码（`ddplab/checkpoint.py`）。`save(path, model, opt, step)`
-# 在每个 rank 上调用，而在 rank 0 上做的是：
+# `ddplab.checkpoint` 只是几行普通的 torch 代码（`ddplab/checkpoint.py`）。`save(path, model, opt, step)` 在每个 rank 上调用，而在 rank 0 上做的是：
 #
 # ```python
 # state = {"model": model.module.state_dict(),   # DDP 里面的模块：键不带 "module." 前缀
-#          "optimizer": opt.state_dict(),         # SGD 的动量缓冲区（Adam：它的一阶、二阶矩和步数）
-#          "step": step,
-#          "extra": {}}                           # 传给 save() 的其他关键字参数
+#          "step": int(step),
+#          "extra": extra,                        # 传给 save() 的其他关键字参数
+#          "optimizer": opt.state_dict() if opt is not None else None}   # SGD 的动量缓冲区
 # fd, tmp = tempfile.mkstemp(prefix=f".{name}.tmp-", dir=folder)  # 一个新文件，名字是随机的
 # with open(fd, "wb") as f:
 #     torch.save(state, f)
@@ -228,16 +227,11 @@ print(say(f"every rank holds the same parameters (checksum {after_60[0][0]!r}) a
 # os.replace(tmp, path)                           # ……再重命名，而重命名是原子操作
 # ```
 #
-# 然后每个 rank 都在 `dist.barrier()` 中等待，直到文件写完。（临时文件以独占方式新建，只有所有者可读，绝不会顺着别人放下的链接写下去；save 会删除被杀掉的保存过程遗留下来的、它自己的临时文件，并对所在目录做 fsync，让重命名本身也持久生效。）`load(path, model, opt)` 只在
-# rank 0 上用 `torch.load(path, map_location="cpu", weights_only=True)` 读取文件，再用
-# `dist.broadcast_object_list` 发送给其他 rank，然后在每个 rank 上调用 `model.module.load_state_dict(...)`
-# 和 `opt.load_state_dict(...)`；它返回步数。
+# 然后每个 rank 都在 `dist.barrier()` 中等待，直到文件写完。（临时文件以独占方式新建，只有所有者可读，绝不会顺着别人放下的链接写下去；save 会删除被杀掉的保存过程遗留下来的、它自己的临时文件，并对所在目录做 fsync，让重命名本身也持久生效。）`load(path, model, opt)` 只在 rank 0 上用 `torch.load(path, map_location="cpu", weights_only=True)` 读取文件，再用 `dist.broadcast_object_list` 发送给其他 rank，然后在每个 rank 上调用 `model.module.load_state_dict(...)` 和 `opt.load_state_dict(...)`；它返回步数。如果 rank 0 读不了这个文件，它就把遇到的错误广播出去，每个 rank 都抛出这个错误：没有哪个 rank 会一直等在广播里。
 #
-# 检查点里**没有**随机数生成器的状态。这个循环不需要它：每一步的批次都来自一个以 (step, rank) 为种子
-# 的生成器。如果训练循环用 torch 的全局生成器来打乱数据或做 dropout，就还要保存每个 rank 的
-# `torch.get_rng_state()`（每个 rank 各有一份），恢复时用 `torch.set_rng_state` 设置回去。
+# 检查点里**没有**随机数生成器的状态。这个循环不需要它：每一步的批次都来自一个以 (step, rank) 为种子的生成器。如果训练循环用 torch 的全局生成器来打乱数据或做 dropout，就还要保存每个 rank 的 `torch.get_rng_state()`（每个 rank 各有一份），恢复时用 `torch.set_rng_state` 设置回去。
 #
-# `weights_only=True`（自 torch 2.6 起是 torch.load 的默认值）只反序列化张量、数字、字符串和普通容器，绝不还原任意的 Python 对象，所以别人放在那个路径上的文件没法在 rank 里运行代码。正因为如此，ddplab 的 `save` 只接受张量或普通值作为额外内容，`load` 遇到别的东西会拒绝并说明原因。（`weights_only=True` 在 torch 2.10 之前也有自己的漏洞：CVE-2025-32434 在 2.6 修复，CVE-2026-24747 在 2.10 修复。ddplab 需要 torch 2.13 或更新的版本。）让 rank 0 用同样的方式看看参照运行的检查点里面：
+# `weights_only=True`（自 torch 2.6 起是 torch.load 的默认值）只反序列化张量、数字、字符串和普通容器，绝不还原任意的 Python 对象，所以别人放在那个路径上的文件没法在 rank 里运行代码。ddplab 总是这样加载，从不使用 `weights_only=False`。所以传给 `save` 的额外内容应当是张量或普通值（数字、字符串、列表、字典）：`save` 不检查它们，但 `load` 会拒绝含有其他东西的文件。这时 rank 0 的 `torch.load` 因 `UnpicklingError` 而失败，每个 rank 都抛出一个 `ValueError`，说明这个文件里不只有张量和普通值；只有对你信任的文件，这条消息才建议你自己用 `torch.load(path, weights_only=False)` 去读。（`weights_only=True` 在 torch 2.10 之前也有自己的漏洞：CVE-2025-32434 在 2.6 修复，CVE-2026-24747 在 2.10 修复。ddplab 需要 torch 2.13 或更新的版本。）让 rank 0 用同样的方式看看参照运行的检查点里面：
 
 # %%
 %%ddp --ranks 0
@@ -279,14 +273,9 @@ print("optimizer:", sorted(state["optimizer"]), "momentum_buffer:",
 # the files are written.
 
 # %% [markdown] lang=zh
-# **为什么只由 rank 0 来写。** 在 DDP 下，每一步之后每个 rank 持有的参数**完全相同**，优化器状态也
-# **完全相同**：各 rank 从 rank 0 的参数出发，收到同样的平均梯度，做同样的更新，所以它们的动量缓冲区
-# 也相等。参照运行之后打印的校验和说明了这一点。所以 rank 0 的那一份就是每个 rank 的那一份。
+# **为什么只由 rank 0 来写。** 在 DDP 下，每一步之后每个 rank 持有的参数**完全相同**，优化器状态也**完全相同**：各 rank 从 rank 0 的参数出发，收到同样的平均梯度，做同样的更新，所以它们的动量缓冲区也相等。参照运行之后打印的校验和说明了这一点。所以 rank 0 的那一份就是每个 rank 的那一份。
 #
-# 对于分片训练，这**并不**成立：FSDP（`fully_shard`）和 ZeRO（`ZeroRedundancyOptimizer`、DeepSpeed）
-# 让每个 rank 持有参数、梯度和优化器状态中**各不相同**的一部分。这时 rank 0 的 `state_dict()` 只包含它
-# 自己的那一部分，只由 rank 0 写出的检查点会丢掉其余部分。这种情况下，每个 rank 都要用
-# **`torch.distributed.checkpoint`**（DCP）保存自己的分片，在每个 rank 上调用：
+# 对于分片训练，这**并不**成立：FSDP（`fully_shard`）和 ZeRO（`ZeroRedundancyOptimizer`、DeepSpeed）让每个 rank 持有参数、梯度和优化器状态中**各不相同**的一部分。这时 rank 0 的 `state_dict()` 只包含它自己的那一部分，只由 rank 0 写出的检查点会丢掉其余部分。这种情况下，每个 rank 都要用 **`torch.distributed.checkpoint`**（DCP）保存自己的分片，在每个 rank 上调用：
 #
 # ```python
 # import torch.distributed.checkpoint as dcp
@@ -301,10 +290,7 @@ print("optimizer:", sorted(state["optimizer"]), "momentum_buffer:",
 # set_state_dict(model, opt, model_state_dict=state["model"], optim_state_dict=state["optim"])
 # ```
 #
-# 或者先把完整的状态收集到一个 rank 上（`ZeroRedundancyOptimizer.consolidate_state_dict(to=0)`，或
-# `get_state_dict(..., options=StateDictOptions(full_state_dict=True, cpu_offload=True))`），但这只在它
-# 放得进单个进程的内存时才可行。对于 DDP 下的大模型，DCP 同样有用：它把复制在各 rank 上的张量分摊给
-# 各 rank 去写，而 `dcp.async_save` 让训练在写文件的同时继续进行。
+# 或者先把完整的状态收集到一个 rank 上（`ZeroRedundancyOptimizer.consolidate_state_dict(to=0)`，或 `get_state_dict(..., options=StateDictOptions(full_state_dict=True, cpu_offload=True))`），但这只在它放得进单个进程的内存时才可行。对于 DDP 下的大模型，DCP 同样有用：它把复制在各 rank 上的张量分摊给各 rank 去写，而 `dcp.async_save` 让训练在写文件的同时继续进行。
 
 # %% [markdown]
 # ## 2. The same run, and rank 2 dies at step 35
@@ -316,8 +302,7 @@ print("optimizer:", sorted(state["optimizer"]), "momentum_buffer:",
 # %% [markdown] lang=zh
 # ## 2. 同样的运行，rank 2 在第 35 步死掉
 #
-# `%ddp_fault kill 2 --at-step 35` 让 rank 2 的进程在记录第 35 步时杀掉自己（SIGKILL，就像内存不足
-# 机制会做的那样）。检查点在第 10、20、30 步保存；崩溃之前的最后一个检查点是第 30 步的。
+# `%ddp_fault kill 2 --at-step 35` 让 rank 2 的进程在记录第 35 步时杀掉自己（SIGKILL，就像内存不足机制会做的那样）。检查点在第 10、20、30 步保存；崩溃之前的最后一个检查点是第 30 步的。
 
 # %%
 %ddp_fault kill 2 --at-step 35
@@ -325,18 +310,17 @@ print("optimizer:", sorted(state["optimizer"]), "momentum_buffer:",
 # %% [markdown]
 # Run it. This time the training is wrapped in `try`/`except`, as if that could handle a failure:
 # a rank that catches an exception notes what it was, then tries one more collective on the same
-# group. This cell fails, as it should. Watch the dashboard: rank 2 goes to *lost*, and ranks 0, 1
-# and 3, which were waiting for rank 2's gradients in the all-reduce of step 36, get an error
-# within about a second, not after the group's timeout.
+# group. The cell is meant to fail, because rank 2 is lost: `%%ddp --expect RankLost` shows
+# ddplab's report of that failure as the expected outcome instead of raising it. Watch the
+# dashboard: rank 2 goes to *lost*, and ranks 0, 1 and 3, which were waiting for rank 2's gradients
+# in the all-reduce of step 36, get an error soon after (the wait is printed below), not after the
+# group's timeout.
 
 # %% [markdown] lang=zh
-# 运行它。这一次训练被包在 `try`/`except` 里，仿佛这样就能处理故障：捕获到异常的 rank 记下异常的内容，
-# 然后在同一个进程组上再试一次集合通信。这个单元格会失败，这是预期之中的。注意看仪表盘：rank 2 变为
-# *丢失*，而 rank 0、1、3 正在第 36 步的 all-reduce 中等待 rank 2 的梯度，它们在大约一秒之内就收到
-# 错误，而不是等到进程组超时。
+# 运行它。这一次训练被包在 `try`/`except` 里，仿佛这样就能处理故障：捕获到异常的 rank 记下异常的内容，然后在同一个进程组上再试一次集合通信。这个单元格注定会失败，因为 rank 2 丢失了：`%%ddp --expect RankLost` 把 ddplab 对这次失败的报告作为预期的结果显示出来，而不是抛出错误。注意看仪表盘：rank 2 变为*丢失*，而 rank 0、1、3 正在第 36 步的 all-reduce 中等待 rank 2 的梯度，它们很快就收到错误（等待了多久，下面会打印出来），而不是等到进程组超时。
 
-# %% tags=["raises-exception"]
-%%ddp
+# %%
+%%ddp --expect RankLost
 import time
 
 def said(exc):
@@ -363,8 +347,7 @@ except Exception as exc:                          # what a try/except around tra
 # even *done*: they caught the exception, so their cell ended without an error.
 
 # %% [markdown] lang=zh
-# `%ddp_status` 显示进程池的状态：rank 2 的引擎已经不在了（*丢失*）。rank 0、1、3 还活着，甚至处于
-# *完成*状态：它们捕获了异常，所以它们的单元格没有报错就结束了。
+# `%ddp_status` 显示进程池的状态：rank 2 的引擎已经不在了（*丢失*）。rank 0、1、3 还活着，甚至处于*完成*状态：它们捕获了异常，所以它们的单元格没有报错就结束了。
 
 # %%
 %ddp_status
@@ -380,9 +363,7 @@ except Exception as exc:                          # what a try/except around tra
 # %% [markdown] lang=zh
 # ## 3. 重启丢失的 rank
 #
-# `%ddp_restart` 为 rank 2 启动一个新进程，并重新组建 gloo 进程组。rank 0、1、3 还是原来的进程，
-# 保留着它们的变量。与旧进程组绑定的对象（它们的 DDP `model`）不能再用了，不过 `train` 每次都会
-# 新建一个。rank 2 是一个新进程：之前的东西它一样也没有，连 `train` 都没有。
+# `%ddp_restart` 为 rank 2 启动一个新进程，并重新组建 gloo 进程组。rank 0、1、3 还是原来的进程，保留着它们的变量。与旧进程组绑定的对象（它们的 DDP `model`）不能再用了，不过 `train` 每次都会新建一个。rank 2 是一个新进程：之前的东西它一样也没有，连 `train` 都没有。
 
 # %%
 %ddp_restart
@@ -435,24 +416,14 @@ assert caught[2] is None and all(caught[r] and retried[r] and retried[r] != "wor
 # lost rank, form a new group, and resume every rank from the last checkpoint.
 
 # %% [markdown] lang=zh
-# **常见说法 / 实际情况。** 一种常见的说法是：把通信代码包在 `try`/`except` 里，就能处理通信故障。
-# 上面的运行中实际发生的是：rank 2 什么也捕获不到，因为 SIGKILL 直接结束进程，不会再运行任何一行
-# Python 代码。rank 0、1、3 确实捕获到了异常，但那是在它们第 36 步的 all-reduce 已经失败之后；而它们
-# 在同一个进程组上再试一次集合通信，也同样立即失败（两个错误都打印在上面）：一个失去了成员的进程组
-# 就此彻底损坏。这里的错误在打印出的短暂等待之后就到来，远早于任何超时，是因为死掉的进程的连接
-# 被关闭了，而且 ddplab 会切断丢失的 rank 的连接；如果某个 rank 不是死掉而是卡住，或者后端察觉不到
-# 成员的丢失，其他 rank 就会一直阻塞在集合通信里，直到进程组超时（`init_process_group` 的
-# `timeout=`：torch 默认 30 分钟，ddplab 中为 30 秒）。无论哪种情况，`except` 子句都没有可以继续下去的东西：rank 2 的进程以及它内存中的一切
-# 都已经没有了，那一步也永远没有完成。恢复意味着做这一课接下来要做的事：为丢失的 rank 启动一个新
-# 进程，组建一个新的进程组，让每个 rank 都从最近的检查点继续。
+# **常见说法 / 实际情况。** 一种常见的说法是：把通信代码包在 `try`/`except` 里，就能处理通信故障。上面的运行中实际发生的是：rank 2 什么也捕获不到，因为 SIGKILL 直接结束进程，不会再运行任何一行 Python 代码。rank 0、1、3 确实捕获到了异常，但那是在它们第 36 步的 all-reduce 已经失败之后；而它们在同一个进程组上再试一次集合通信，也同样立即失败（两个错误都打印在上面）：一个失去了成员的进程组就此彻底损坏。这里的错误在打印出的短暂等待之后就到来，远早于任何超时，是因为死掉的进程的连接被关闭了，而且 ddplab 会切断丢失的 rank 的连接；如果某个 rank 不是死掉而是卡住，或者后端察觉不到成员的丢失，其他 rank 就会一直阻塞在集合通信里，直到进程组超时（`init_process_group` 的 `timeout=`：torch 默认 30 分钟，ddplab 中为 30 秒）。无论哪种情况，`except` 子句都没有可以继续下去的东西：rank 2 的进程以及它内存中的一切都已经没有了，那一步也永远没有完成。恢复意味着做这一课接下来要做的事：为丢失的 rank 启动一个新进程，组建一个新的进程组，让每个 rank 都从最近的检查点继续。
 
 # %% [markdown]
 # What survived on every rank is what was on disk: the checkpoint of step 30. Send `train` and
 # `ckpt_dir` to the ranks again (rank 2 needs them), and resume:
 
 # %% [markdown] lang=zh
-# 在每个 rank 上幸存下来的，是磁盘上的东西：第 30 步的检查点。再次把 `train` 和 `ckpt_dir` 发送给
-# 各 rank（rank 2 需要它们），然后恢复训练：
+# 在每个 rank 上幸存下来的，是磁盘上的东西：第 30 步的检查点。再次把 `train` 和 `ckpt_dir` 发送给各 rank（rank 2 需要它们），然后恢复训练：
 
 # %%
 %ddp_push train ckpt_dir
@@ -490,8 +461,7 @@ print(say("the resumed run ended with exactly the parameters of the run that nev
 # history started again with its new process.)
 
 # %% [markdown] lang=zh
-# `%ddp_history` 保存着每个 rank 记录的每一步。rank 0 经历了整节课，所以它的历史里有全部三次运行：
-# 参照运行、崩溃的运行，以及恢复后的运行。（rank 2 的历史随着它的新进程重新开始。）
+# `%ddp_history` 保存着每个 rank 记录的每一步。rank 0 经历了整节课，所以它的历史里有全部三次运行：参照运行、崩溃的运行，以及恢复后的运行。（rank 2 的历史随着它的新进程重新开始。）
 
 # %%
 h = %ddp_history
@@ -513,8 +483,7 @@ assert all(resumed_run[s] == reference_run[s] for s in resumed_run)
 # every step: zero.
 
 # %% [markdown] lang=zh
-# 看图：左图中，崩溃的运行停在第 35 步，恢复后的运行从第 30 步的检查点之后重新开始，所以第 31-35 步
-# 被计算了两次（两条线在这一段完全相同，一条叠在另一条上）。右图是每一步与不中断运行的损失之差：零。
+# 看图：左图中，崩溃的运行停在第 35 步，恢复后的运行从第 30 步的检查点之后重新开始，所以第 31-35 步被计算了两次（两条线在这一段完全相同，一条叠在另一条上）。右图是每一步与不中断运行的损失之差：零。
 
 # %%
 top = max(reference_run.values())
@@ -542,11 +511,7 @@ draw.lines(None, panels=[
 # Clean up the checkpoints:
 
 # %% [markdown] lang=zh
-# 在真实的训练任务中，同样的模式可以大规模地使用。`torchrun --max-restarts=3`（弹性启动）在一个 worker
-# 死掉时重启**所有** worker，每个 worker 都从头再运行一遍脚本；脚本加载最新的检查点，正如这里的
-# `train(..., resume=True)` 所做的那样。ddplab 只重启丢失的 rank，但规则是一样的：崩溃之后你需要的一切，
-# 都必须在检查点里，而不能只存在于某个进程的内存中。多久保存一次是一种权衡：每次保存都要花时间，而
-# 上次保存之后的每一步都要重新计算（这里是第 31-35 步）。
+# 在真实的训练任务中，同样的模式可以大规模地使用。`torchrun --max-restarts=3`（弹性启动）在一个 worker 死掉时重启**所有** worker，每个 worker 都从头再运行一遍脚本；脚本加载最新的检查点，正如这里的 `train(..., resume=True)` 所做的那样。ddplab 只重启丢失的 rank，但规则是一样的：崩溃之后你需要的一切，都必须在检查点里，而不能只存在于某个进程的内存中。多久保存一次是一种权衡：每次保存都要花时间，而上次保存之后的每一步都要重新计算（这里是第 31-35 步）。
 #
 # 清理检查点：
 
@@ -559,34 +524,65 @@ shutil.rmtree(ckpt_dir)
 # %% [markdown]
 # ## Exercises
 #
-# 1. Delete the two warm-up lines in `train` (`model(torch.zeros(1, 20))...` and the
-#    `opt.zero_grad()` after it), push it again and repeat sections 1-3. How many digits of the
-#    checksums still agree? Then try the same with `%ddp_start 2`.
-# 2. Save only the model: `ddplab.checkpoint.save(path, model, None, step + 1)` and
-#    `ddplab.checkpoint.load(path, model)`. Does the resumed run still end equal? Why not? (Which
-#    state does SGD with momentum keep?)
-# 3. Kill rank 0 instead (`%ddp_fault kill 0 --at-step 35`). Rank 0 is the rank that writes the
-#    checkpoints: is the checkpoint of step 30 still whole? Resume from it.
+# Write your answer in place of `...` and run the cell: `check` says whether it is right for this
+# run, and why.
 #
-# ## 练习
-#
-# 1. 删除 `train` 中的两行预热代码（`model(torch.zeros(1, 20))...` 及其后的 `opt.zero_grad()`），
-#    重新推送并重复第 1-3 节。校验和还有几位相同？再用 `%ddp_start 2` 试一次。
-# 2. 只保存模型：`ddplab.checkpoint.save(path, model, None, step + 1)` 和
-#    `ddplab.checkpoint.load(path, model)`。恢复后的结果还相同吗？为什么？（带动量的 SGD 保存了什么状态？）
-# 3. 改为杀掉 rank 0（`%ddp_fault kill 0 --at-step 35`）。rank 0 负责写检查点：第 30 步的检查点还完整吗？
-#    从它恢复训练。
+# **11.1** Suppose `train` saved a checkpoint every 4 steps instead of every 10 (`every=4`), and
+# rank 2 died at the same step as in this run. How many steps would the resumed run compute a
+# second time? Answer with a whole number; then say what saving more often costs.
 
 # %% [markdown] lang=zh
 # ## 练习
 #
-# 1. 删除 `train` 中的两行预热代码（`model(torch.zeros(1, 20))...` 以及它后面的 `opt.zero_grad()`），
-#    重新推送，再重复第 1-3 节。校验和还有几位一致？然后用 `%ddp_start 2` 再试一次。
-# 2. 只保存模型：`ddplab.checkpoint.save(path, model, None, step + 1)` 和
-#    `ddplab.checkpoint.load(path, model)`。恢复后的运行最终还相同吗？为什么不同？（带动量的 SGD
-#    保存了什么状态？）
-# 3. 改为杀掉 rank 0（`%ddp_fault kill 0 --at-step 35`）。rank 0 正是负责写检查点的 rank：第 30 步的
-#    检查点还完整吗？从它恢复训练。
+# 把 `...` 换成你的答案并运行单元格：`check` 会告诉你，对这次运行来说答案对不对，以及为什么。
+#
+# **11.1** 假设 `train` 每 4 步而不是每 10 步保存一次检查点（`every=4`），而 rank 2 死在与这次运行相同的那一步。恢复后的运行要把多少步再算一遍？请写一个整数；然后说说更频繁地保存要付出什么代价。
+
+# %%
+answer = ...    # steps computed twice with a checkpoint every 4 steps
+check("11.1", answer, killed=max(crashed_run), resumed_from=min(resumed_run) - 1, every=4)
+
+# %% [markdown]
+# **11.2** Save only the model: `ddplab.checkpoint.save(path, model, None, step + 1)` and
+# `ddplab.checkpoint.load(path, model)`. Would the resumed run still end with exactly the
+# parameters of the uninterrupted run? Answer with a letter (and try it, if you like):
+#
+# - (a) yes, bit for bit: the parameters are all the state the training needs
+# - (b) no: SGD's momentum buffers would start again from zero at step 31, so every later step
+#   moves the parameters differently
+# - (c) no: the batches of steps 31 to 60 would be different
+
+# %% [markdown] lang=zh
+# **11.2** 只保存模型：`ddplab.checkpoint.save(path, model, None, step + 1)` 和 `ddplab.checkpoint.load(path, model)`。恢复后的运行最终还会与不中断的运行得到完全相同的参数吗？请写一个字母（愿意的话，也可以试一试）：
+#
+# - (a) 会，逐位一致：参数就是训练需要的全部状态
+# - (b) 不会：SGD 的动量缓冲区会在第 31 步从零重新开始，所以之后的每一步对参数的改变都不一样
+# - (c) 不会：第 31 到 60 步的批次会不一样
+
+# %%
+answer = ...    # a letter: "a", "b" or "c"
+check("11.2", answer)
+
+# %% [markdown]
+# **11.3** Someone replaces `run.pt` with a file whose `extra` holds an object of a class of their
+# own (a pickled Python object). What does `ddplab.checkpoint.load(path, model, opt)` do on the 4
+# ranks? Read `ddplab/checkpoint.py` if you like, and answer with a letter:
+#
+# - (a) it loads the file: ddplab reads checkpoints with `weights_only=False`
+# - (b) rank 0's `torch.load(..., weights_only=True)` refuses the object; every rank raises a
+#   `ValueError` saying the file holds more than tensors and plain values, and nothing is loaded
+# - (c) rank 0 raises, and ranks 1-3 wait in the broadcast until the group's timeout
+
+# %% [markdown] lang=zh
+# **11.3** 有人把 `run.pt` 换成了一个文件，它的 `extra` 里有一个他自己定义的类的对象（一个 pickle 过的 Python 对象）。`ddplab.checkpoint.load(path, model, opt)` 在 4 个 rank 上会怎样？愿意的话可以读一读 `ddplab/checkpoint.py`，然后写一个字母：
+#
+# - (a) 加载这个文件：ddplab 用 `weights_only=False` 读取检查点
+# - (b) rank 0 的 `torch.load(..., weights_only=True)` 拒绝这个对象；每个 rank 都抛出一个 `ValueError`，说明文件里不只有张量和普通值，什么也没有加载
+# - (c) rank 0 抛出错误，rank 1-3 则在广播中一直等到进程组超时
+
+# %%
+answer = ...    # a letter: "a", "b" or "c"
+check("11.3", answer)
 
 # %%
 %ddp_stop

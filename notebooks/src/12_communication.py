@@ -1,5 +1,5 @@
 # %% [markdown]
-# # Lesson 11 · Communication cost and scaling
+# # Lesson 12 · Communication cost: latency, buckets and bf16 gradients
 #
 # **In short.** Every DDP step all-reduces the gradients, so communication is part of the cost of
 # every step. You measure it here. First the all-reduce alone, for tensors from 4 KB to 16 MB, on
@@ -11,12 +11,16 @@
 # in bf16, half the bytes. All numbers are measured live on this machine (4 processes sharing its
 # cores, talking over TCP on loopback), so they are noisy: read them as rough sizes.
 #
-# **简介。** DDP 每一步都要对梯度做 all-reduce，所以通信是每一步开销的一部分。这一课来测量它。
-# 先单独测 all-reduce：张量从 4 KB 到 16 MB，进程组分别有 2 个和 4 个 rank。小消息的开销主要是
-# 固定的*延迟*，大消息则受*带宽*限制。然后看 DDP 的梯度分桶（每一步做几次 all-reduce）、
-# 通信占一步时间的比例（用 `no_sync` 关掉通信来比较）、`torch.compile`（加快计算部分的一种办法，
-# 这里用它代替较早的 TorchScript 和需要专门设备与后端的 XLA），最后在训练运行时用一个开关让 DDP 以 bf16 发送梯度，字节数减半。
-# 所有数字都是在本机实时测得的（4 个进程共享 CPU 核，通过回环 TCP 通信），有波动，只能当作大致的量级。
+# **You will learn**
+# - the latency–bandwidth model t ≈ α + n·β of an all-reduce, fitted on this machine, and why a ring sends 2(N−1)/N of the tensor
+# - how DDP packs gradients into buckets (whole tensors, closed once at least the cap), and what the bucket size trades
+# - how much of a DDP step is communication, measured with `no_sync`, and why that share limits scaling
+# - what `torch.compile` does to the compute part (and why TorchScript and XLA are compilers, not sparsity)
+# - how a communication hook sends bf16 gradients, switched on by all ranks at the same step while the job runs
+#
+# **Study time:** about 50 minutes
+#
+# **Needs:** a C++ compiler for the `torch.compile` part (without one, that part says so and the rest runs) · 4 ranks
 #
 # **You will see:** all-reduce time and bandwidth against message size (log-log), all-reduce
 # calls per step for four bucket sizes, a step with and without communication, the time
@@ -24,23 +28,26 @@
 # half when you flip a switch.
 
 # %% [markdown] lang=zh
-# # 第 11 课 · 通信开销与扩展性
+# # 第 12 课 · 通信开销：延迟、桶与 bf16 梯度
 #
-# **简而言之**：DDP 每一步都要对梯度做 all-reduce，所以通信是每一步开销的一部分。这一课就来测量它。
-# 先单独测 all-reduce：张量从 4 KB 到 16 MB，进程组分别由 2 个和 4 个进程（rank）组成：小消息的开销
-# 主要是固定的*延迟*，大消息则受*带宽*限制。然后看 DDP 的梯度桶（一步要做几次 all-reduce）、一步中
-# 通信所占的比例（用 `no_sync` 关掉通信来对比），再看 `torch.compile`：它是加快计算部分的一种办法
-# （这里用它代替 TorchScript 和 XLA：前者是 PyTorch 较早的、已被弃用的编译方式，后者需要自己的设备和后端）。最后是一个
-# 可以在运行中操控的训练：拨动一个开关，DDP 就改用 bf16 发送梯度，字节数减半。所有数字都是在本机上
-# 实时测得的（4 个进程共享本机的 CPU 核，通过回环接口上的 TCP 通信），波动较大：只能当作大致的量级。
+# **简而言之**：DDP 每一步都要对梯度做 all-reduce，所以通信是每一步开销的一部分。这一课就来测量它。先单独测 all-reduce：张量从 4 KB 到 16 MB，进程组分别由 2 个和 4 个进程（rank）组成：小消息的开销主要是固定的*延迟*，大消息则受*带宽*限制。然后看 DDP 的梯度桶（一步要做几次 all-reduce）、一步中通信所占的比例（用 `no_sync` 关掉通信来对比），再看 `torch.compile`：它是加快计算部分的一种办法（这里用它代替 TorchScript 和 XLA：前者是 PyTorch 较早的、已被弃用的编译方式，后者需要自己的设备和后端）。最后是一个可以在运行中操控的训练：拨动一个开关，DDP 就改用 bf16 发送梯度，字节数减半。所有数字都是在本机上实时测得的（4 个进程共享本机的 CPU 核，通过回环接口上的 TCP 通信），波动较大：只能当作大致的量级。
 #
-# **你将看到**：all-reduce 的耗时和带宽随消息大小的变化（双对数坐标）；四种桶大小下每步的 all-reduce
-# 次数；有通信和没有通信时的一步；`torch.compile` 编译所需的时间及其节省的时间；以及拨动开关后，
-# 一个正在运行的训练每步发送的字节数减半。
+# **你将学到**
+# - all-reduce 的延迟–带宽模型 t ≈ α + n·β（在本机上拟合），以及为什么环形算法发送的是张量大小的 2(N−1)/N
+# - DDP 如何把梯度装进桶里（整个张量地装，装到至少达到上限就封口），以及桶的大小意味着怎样的取舍
+# - 一步 DDP 中有多少是通信（用 `no_sync` 测量），以及为什么这个比例限制了扩展性
+# - `torch.compile` 对计算部分做了什么（以及为什么 TorchScript 和 XLA 是编译器，而不是稀疏化技术）
+# - 通信钩子如何以 bf16 发送梯度，并在训练运行中让所有 rank 在同一步一起切换
+#
+# **学习时间**：约 50 分钟
+#
+# **需要**：`torch.compile` 一节需要 C++ 编译器（没有时这一节会说明，其余部分照常运行）· 4 个 rank
+#
+# **你将看到**：all-reduce 的耗时和带宽随消息大小的变化（双对数坐标）；四种桶大小下每步的 all-reduce 次数；有通信和没有通信时的一步；`torch.compile` 编译所需的时间及其节省的时间；以及拨动开关后，一个正在运行的训练每步发送的字节数减半。
 
 # %%
 %load_ext ddplab
-from ddplab.lessons import draw, knobs, say
+from ddplab.lessons import check, draw, knobs, say
 
 # %%
 %ddp_start 4
@@ -57,6 +64,7 @@ from ddplab.lessons import draw, knobs, say
 # steps the summed chunks go around the ring (an all-gather). Each rank sends **2(N−1)/N** times
 # the tensor's size: 1× for N = 2, 1.5× for N = 4, and never more than 2×, however many ranks there
 # are. The number of steps, 2(N−1), grows with N, so the latency part grows with the number of ranks.
+# (Lesson 13 builds this ring by hand.)
 #
 # To time a group of 2, make a sub-group with `dist.new_group([0, 1])`. **Every** rank must call
 # `new_group`, even ranks that are not in it; only members then use it. `median_seconds` lines the
@@ -66,19 +74,11 @@ from ddplab.lessons import draw, knobs, say
 # %% [markdown] lang=zh
 # ## 1. 单独的 all-reduce：延迟与带宽
 #
-# 对 *n* 字节做一次 all-reduce 所需的时间，有一个简单的模型：**t ≈ α + n·β**。α 是每次调用的固定
-# 开销（系统调用、唤醒其他进程、握手）；β 是每个字节所需的时间，所以 1/β 是一个带宽。小消息无论
-# 大小，开销都约为 α；大消息的开销约为 n·β。
+# 对 *n* 字节做一次 all-reduce 所需的时间，有一个简单的模型：**t ≈ α + n·β**。α 是每次调用的固定开销（系统调用、唤醒其他进程、握手）；β 是每个字节所需的时间，所以 1/β 是一个带宽。小消息无论大小，开销都约为 α；大消息的开销约为 n·β。
 #
-# gloo 的 all-reduce 是一个**环**：张量被切成 N 块；在 N−1 步中，每个 rank 把一块传给它的邻居，
-# 并把收到的那块加到自己的数据上（reduce-scatter），然后再用 N−1 步让求和后的各块沿着环传一圈
-# （all-gather）。每个 rank 发送的数据量是张量大小的 **2(N−1)/N** 倍：N = 2 时为 1 倍，N = 4 时为
-# 1.5 倍，无论有多少个 rank，都不会超过 2 倍。而步数 2(N−1) 随 N 增长，所以延迟部分随 rank 数增长。
+# gloo 的 all-reduce 是一个**环**：张量被切成 N 块；在 N−1 步中，每个 rank 把一块传给它的邻居，并把收到的那块加到自己的数据上（reduce-scatter），然后再用 N−1 步让求和后的各块沿着环传一圈（all-gather）。每个 rank 发送的数据量是张量大小的 **2(N−1)/N** 倍：N = 2 时为 1 倍，N = 4 时为 1.5 倍，无论有多少个 rank，都不会超过 2 倍。而步数 2(N−1) 随 N 增长，所以延迟部分随 rank 数增长。（第 13 课会亲手实现这个环。）
 #
-# 要对 2 个 rank 的组计时，用 `dist.new_group([0, 1])` 建一个子组。**每个** rank 都必须调用
-# `new_group`，即使它不在这个组里；之后只有组内成员使用它。`median_seconds` 在每次运行前用一个
-# barrier 让各 rank 对齐，并返回最慢那个 rank 的中位数；rank 0 和 1 在它们的二人组里做 all-reduce
-# 的时候，rank 2 和 3 什么也不计时。
+# 要对 2 个 rank 的组计时，用 `dist.new_group([0, 1])` 建一个子组。**每个** rank 都必须调用 `new_group`，即使它不在这个组里；之后只有组内成员使用它。`median_seconds` 在每次运行前用一个 barrier 让各 rank 对齐，并返回最慢那个 rank 的中位数；rank 0 和 1 在它们的二人组里做 all-reduce 的时候，rank 2 和 3 什么也不计时。
 
 # %%
 %%ddp
@@ -101,15 +101,20 @@ for ranks in (2, 4):
     print(say(f"{ranks} ranks: ", f"{ranks} 个 rank：")
           + say(", ", "，").join(f"{b / 1e6:g} MB {1e3 * t:.2f} ms" for b, t in zip(nbytes, seconds[ranks])))
 
-# a rough fit of t = alpha + n * beta on the 4-rank curve: alpha is the time of the smallest message,
-# beta the slope between the two largest
-alpha = seconds[4][0]
+# a rough fit of t = alpha + n * beta on the 4-rank curve: alpha is the time of a small message (the
+# fastest of the three smallest: they all cost about alpha, and the fastest is the least disturbed by
+# other programs), beta the slope between the two largest (or, if noise made the largest no slower,
+# between the smallest and the largest)
+alpha = min(seconds[4][:3])
 beta = (seconds[4][-1] - seconds[4][-2]) / (nbytes[-1] - nbytes[-2])
-print(say(f"4 ranks: alpha ≈ {1e6 * alpha:.0f} µs per call", f"4 个 rank：alpha ≈ 每次调用 {1e6 * alpha:.0f} µs")
-      + (say(f", 1/beta ≈ {1 / beta / 1e9:.2f} GB/s", f"，1/beta ≈ {1 / beta / 1e9:.2f} GB/s") if beta > 0 else
-         say("; beta: the 16 MB all-reduce was not slower than the 4 MB one this time (noise), so no fit",
-             "；beta：这一次 16 MB 的 all-reduce 并不比 4 MB 的慢（噪声），所以无法拟合")))
-model = [alpha + b * max(beta, 0) for b in nbytes]
+if beta <= 0:
+    print(say("(the 16 MB all-reduce was not slower than the 4 MB one this time, which is noise: beta is taken from "
+              "the smallest and the largest message instead)",
+              "（这一次 16 MB 的 all-reduce 并不比 4 MB 的慢，这是噪声：改用最小和最大的消息来求 beta）"))
+    beta = (seconds[4][-1] - seconds[4][0]) / (nbytes[-1] - nbytes[0])
+print(say(f"4 ranks: alpha ≈ {1e6 * alpha:.0f} µs per call, 1/beta ≈ {1 / beta / 1e9:.2f} GB/s",
+          f"4 个 rank：alpha ≈ 每次调用 {1e6 * alpha:.0f} µs，1/beta ≈ {1 / beta / 1e9:.2f} GB/s"))
+model = [alpha + b * beta for b in nbytes]
 draw.lines(None, panels=[
     dict(series={say("2 ranks", "2 个 rank"): (nbytes, seconds[2]), say("4 ranks", "4 个 rank"): (nbytes, seconds[4]),
                  say("α + n·β (4 ranks)", "α + n·β（4 个 rank）"): (nbytes, model)},
@@ -132,22 +137,18 @@ draw.lines(None, panels=[
 # the operating system's kernel), done by the same cores the ranks share. What that did to this run:
 
 # %% [markdown] lang=zh
-# 从左往右看这张图。消息很小时，耗时几乎不随大小变化：这就是 α。另一端，耗时与大小成正比：这就是 β。
-# 带宽（大小 / 时间）对小消息很低，因为它们的时间都花在固定开销上；对大消息则趋于平稳。对 DDP 的
-# 启示是：**少数几次大的 all-reduce 比许多次小的更便宜。**这就是为什么 DDP 把梯度装进桶里，而不是
-# 对每个参数单独做 all-reduce。
+# 从左往右看这张图。消息很小时，耗时几乎不随大小变化：这就是 α。另一端，耗时与大小成正比：这就是 β。带宽（大小 / 时间）对小消息很低，因为它们的时间都花在固定开销上；对大消息则趋于平稳。对 DDP 的启示是：**少数几次大的 all-reduce 比许多次小的更便宜。**这就是为什么 DDP 把梯度装进桶里，而不是对每个参数单独做 all-reduce。
 #
-# 在这台机器上，“网络”是回环接口：搬运字节是 CPU 的工作（经过操作系统内核的拷贝），而且由各 rank
-# 共享的那几个核来完成。这对本次运行的影响如下：
+# 在这台机器上，“网络”是回环接口：搬运字节是 CPU 的工作（经过操作系统内核的拷贝），而且由各 rank 共享的那几个核来完成。这对本次运行的影响如下：
 
 # %%
 from ddplab.config import cores
 
-small, large = [seconds[2][0], seconds[4][0]], [seconds[2][-1], seconds[4][-1]]
-print(say(f"The smallest all-reduce (4 kB) took {1e6 * small[0]:.0f} µs with 2 ranks and {1e6 * small[1]:.0f} µs with 4; "
+small, large = [min(seconds[2][:3]), min(seconds[4][:3])], [seconds[2][-1], seconds[4][-1]]
+print(say(f"The small all-reduces (4 to 64 kB) took {1e6 * small[0]:.0f} µs at best with 2 ranks and {1e6 * small[1]:.0f} µs with 4; "
           f"the largest (16 MB) {1e3 * large[0]:.1f} ms and {1e3 * large[1]:.1f} ms ({large[1] / large[0]:.2f}x). "
           f"This machine has {cores()} cores for the 4 ranks.",
-          f"最小的 all-reduce（4 kB）在 2 个 rank 时耗时 {1e6 * small[0]:.0f} µs，4 个 rank 时 {1e6 * small[1]:.0f} µs；"
+          f"小的 all-reduce（4 到 64 kB）在 2 个 rank 时最快耗时 {1e6 * small[0]:.0f} µs，4 个 rank 时 {1e6 * small[1]:.0f} µs；"
           f"最大的（16 MB）分别为 {1e3 * large[0]:.1f} ms 和 {1e3 * large[1]:.1f} ms（{large[1] / large[0]:.2f} 倍）。"
           f"这台机器有 {cores()} 个核供 4 个 rank 使用。"))
 if small[1] > 1.3 * small[0]:
@@ -182,24 +183,22 @@ else:
 #
 # ## 2. DDP's gradient buckets
 #
-# DDP does not all-reduce each gradient on its own. It packs them into **buckets** of about
-# `bucket_cap_mb` megabytes and all-reduces a bucket as soon as all its gradients
-# are ready in `backward()`, while the gradients of earlier layers are still being computed.
-# Smaller buckets start communicating earlier (more overlap with the backward computation) but
-# pay α more often. By default (`bucket_cap_mb=None`) the first bucket holds about 1 MB, so that
-# communication starts early, and the others 25 MB. A `CommCounter` hook counts the all-reduce calls
-# of one step of the MLP 784-512-512-10 (669,706 parameters, 2.7 MB of gradients) for four caps.
+# DDP does not all-reduce each gradient on its own. It packs them into **buckets** and all-reduces
+# a bucket as soon as all its gradients are ready in `backward()`, while the gradients of earlier
+# layers are still being computed. A bucket takes whole gradients until it holds **at least** its
+# cap, `bucket_cap_mb` mebibytes (1 MiB = 1,048,576 bytes), and then closes; the next gradient opens
+# a new one. Smaller buckets start communicating earlier (more overlap with the backward computation)
+# but pay α more often. By default (`bucket_cap_mb=None`) the first bucket's cap is 1 MiB, so that
+# communication starts early, and the others' 25 MiB; a `bucket_cap_mb` you give is the cap of every
+# bucket, the first included. A `CommCounter` hook counts the all-reduce calls of one step of the MLP
+# 784-512-512-10 (669,706 parameters, 2.7 MB of gradients) for four caps.
 
 # %% [markdown] lang=zh
 # 在同一台机器的 GPU 之间使用 NCCL 时，α 大约是十微秒，1/β 是每秒几十到几百 GB，但曲线的形状是一样的。
 #
 # ## 2. DDP 的梯度桶
 #
-# DDP 并不对每个梯度单独做 all-reduce。它把梯度装进大约 `bucket_cap_mb` 兆字节的**桶**里，一个桶中的
-# 梯度在 `backward()` 中全部就绪后，马上对这个桶做 all-reduce，此时前面各层的梯度还在计算之中。桶越小，
-# 通信开始得越早（与反向计算重叠得越多），但付出 α 的次数也越多。默认情况下（`bucket_cap_mb=None`），
-# 第一个桶约 1 MB，好让通信尽早开始，其余的桶为 25 MB。下面用一个 `CommCounter` 钩子，统计
-# MLP 784-512-512-10（669,706 个参数，2.7 MB 梯度）在四种桶容量上限下每一步的 all-reduce 次数。
+# DDP 并不对每个梯度单独做 all-reduce。它把梯度装进**桶**里，一个桶中的梯度在 `backward()` 中全部就绪后，马上对这个桶做 all-reduce，此时前面各层的梯度还在计算之中。一个桶只装入完整的梯度，直到装入的量**至少**达到它的上限 `bucket_cap_mb` MiB（1 MiB = 1,048,576 字节）才封口；下一个梯度再开一个新桶。桶越小，通信开始得越早（与反向计算重叠得越多），但付出 α 的次数也越多。默认情况下（`bucket_cap_mb=None`），第一个桶的上限是 1 MiB，好让通信尽早开始，其余的桶是 25 MiB；如果你给出 `bucket_cap_mb`，它就是每个桶的上限，第一个桶也不例外。下面用一个 `CommCounter` 钩子，统计 MLP 784-512-512-10（669,706 个参数，2.7 MB 梯度）在四种桶容量上限下每一步的 all-reduce 次数。
 
 # %%
 %%ddp
@@ -224,10 +223,12 @@ for cap in (0.01, 0.1, 1, 25):
     step(model)
     calls, sizes = counter.calls, list(counter.sizes)
     buckets[cap] = (calls, sizes, median_seconds(lambda: step(model), repeat=10))
+grads = [p.numel() for p in reversed(list(model.parameters()))]   # elements per gradient, in the order they get ready
 
 # %%
 buckets = %ddp_gather buckets
-buckets = buckets[0]
+grads = %ddp_gather grads
+buckets, grads = buckets[0], grads[0]
 for cap, (calls, sizes, t) in buckets.items():
     print(say(f"bucket_cap_mb={cap:<5g} {calls} all-reduce(s) per step, elements per bucket {sizes}, "
               f"forward+backward {1e3 * t:.1f} ms",
@@ -236,19 +237,19 @@ calls = {cap: b[0] for cap, b in buckets.items()}
 assert calls == {0.01: 3, 0.1: 2, 1: 2, 25: 1}, calls
 assert all(sum(b[1]) == 669_706 for b in buckets.values())          # every gradient, exactly once per step
 draw.bars(None, panels=[
-    dict(values={f"{cap:g} MB": b[0] for cap, b in buckets.items()}, ylabel=say("all-reduce calls", "all-reduce 次数"),
+    dict(values={f"{cap:g} MiB": b[0] for cap, b in buckets.items()}, ylabel=say("all-reduce calls", "all-reduce 次数"),
          title=say("All-reduces per step, by bucket_cap_mb", "每步 all-reduce 次数（按 bucket_cap_mb）")),
-    dict(values={f"{cap:g} MB": 1e3 * b[2] for cap, b in buckets.items()}, ylabel=say("milliseconds", "毫秒"),
+    dict(values={f"{cap:g} MiB": 1e3 * b[2] for cap, b in buckets.items()}, ylabel=say("milliseconds", "毫秒"),
          title=say("Forward + backward time", "前向 + 反向耗时")),
 ], fmt="{:.3g}")
 
 # %% [markdown]
 # A bucket is filled with whole gradients in the order they become ready (the last layer's first),
-# and closed once it holds at least `bucket_cap_mb`. One tensor is never split between buckets.
-# Here the two big weight matrices (512×512, 1 MB, and 784×512, 1.6 MB) each fill a bucket of
-# 0.1 MB or 1 MB on their own, so those two caps give the same 2 buckets. 0.01 MB also puts the
-# small last layer in a bucket of its own, and 25 MB holds everything in one. (The default is
-# also 2 buckets here: its 1 MB first bucket closes after the 512×512 matrix.)
+# and closed once it holds at least its cap. One tensor is never split between buckets. Here the two
+# big weight matrices (512×512: 1 MiB, and 784×512: 1.5 MiB) each bring a bucket to a cap of 0.1 or
+# 1 MiB on their own, so those two caps give the same 2 buckets. 0.01 MiB also closes a bucket
+# after the small last layer, and 25 MiB holds everything in one. (The default is also 2 buckets
+# here: its first bucket reaches its 1 MiB cap with the 512×512 matrix.)
 #
 # Two effects pull the times in opposite directions. Each extra all-reduce pays α again, which is
 # large on loopback (part 1). Smaller buckets let communication overlap the rest of the backward pass, but that
@@ -256,15 +257,9 @@ draw.bars(None, panels=[
 # hardware (a GPU's copy engines and the network) while the cores compute. In this run:
 
 # %% [markdown] lang=zh
-# 桶按梯度就绪的顺序（最后一层的最先）装入完整的梯度，装到至少 `bucket_cap_mb` 时就封口。一个张量
-# 永远不会被拆到两个桶里。这里的两个大权重矩阵（512×512，1 MB；784×512，1.6 MB）各自就能装满一个
-# 0.1 MB 或 1 MB 的桶，所以这两种上限得到的都是同样的 2 个桶。0.01 MB 还会把很小的最后一层单独放进
-# 一个桶，而 25 MB 的桶能装下全部梯度。（默认设置在这里也是 2 个桶：它 1 MB 的第一个桶在装入
-# 512×512 矩阵之后就封口了。）
+# 桶按梯度就绪的顺序（最后一层的最先）装入完整的梯度，装入的量至少达到上限时就封口。一个张量永远不会被拆到两个桶里。这里的两个大权重矩阵（512×512：1 MiB；784×512：1.5 MiB）各自就能让一个桶达到 0.1 MiB 或 1 MiB 的上限，所以这两种上限得到的都是同样的 2 个桶。0.01 MiB 还会在很小的最后一层之后就让一个桶封口，而 25 MiB 的桶能装下全部梯度。（默认设置在这里也是 2 个桶：它的第一个桶装入 512×512 矩阵时达到 1 MiB 的上限。）
 #
-# 有两种效应把耗时往相反的方向拉。每多一次 all-reduce，就要再付一次 α，而在回环接口上 α 很大（第 1 部分）。桶越小，
-# 通信越能与反向计算的其余部分重叠，但当计算和通信都由同样的几个核来完成时，这几乎没有好处。只有当
-# 通信在自己的硬件上进行（GPU 的拷贝引擎和网络）、同时 CPU 核在计算时，重叠才划算。本次运行的结果：
+# 有两种效应把耗时往相反的方向拉。每多一次 all-reduce，就要再付一次 α，而在回环接口上 α 很大（第 1 部分）。桶越小，通信越能与反向计算的其余部分重叠，但当计算和通信都由同样的几个核来完成时，这几乎没有好处。只有当通信在自己的硬件上进行（GPU 的拷贝引擎和网络）、同时 CPU 核在计算时，重叠才划算。本次运行的结果：
 
 # %%
 times = {cap: 1e3 * b[2] for cap, b in buckets.items()}
@@ -293,17 +288,16 @@ else:
 # %% [markdown]
 # ## 3. How much of a step is communication?
 #
-# `model.no_sync()` switches DDP's all-reduce off: inside it, `backward()` only computes local
-# gradients (lesson 4 uses it for gradient accumulation). Timing the same forward and backward
+# `model.no_sync()` switches DDP's all-reduce off: a forward and its backward run inside it compute
+# local gradients only (lesson 4 uses it for gradient accumulation; the forward must be inside too,
+# as `local_step` does here). Timing the same forward and backward
 # with and without it shows what the communication adds to a step. The bare all-reduce of 2.7 MB,
 # from part 1's method, is timed too.
 
 # %% [markdown] lang=zh
 # ## 3. 一步中有多少是通信？
 #
-# `model.no_sync()` 关掉 DDP 的 all-reduce：在它里面，`backward()` 只计算本地梯度（第 4 课用它做梯度
-# 累积）。对同样的前向和反向计算，分别在有它和没有它的情况下计时，就能看出通信给一步增加了多少时间。
-# 同时还用第 1 部分的方法，对 2.7 MB 的单独 all-reduce 计时。
+# `model.no_sync()` 关掉 DDP 的 all-reduce：在它里面运行的前向及其反向只计算本地梯度（第 4 课用它做梯度累积；前向也必须放在里面，正如这里的 `local_step` 所做的那样）。对同样的前向和反向计算，分别在有它和没有它的情况下计时，就能看出通信给一步增加了多少时间。同时还用第 1 部分的方法，对 2.7 MB 的单独 all-reduce 计时。
 
 # %%
 %%ddp
@@ -359,7 +353,7 @@ draw.bars({say("DDP step", "DDP 一步"): 1e3 * with_comm,
           title=say("Compute vs communication in one step", "一步中的计算与通信"), fmt="{:.1f}")
 
 # %% [markdown]
-# This is how data parallelism scales: computing the gradient of a batch on each of N ranks takes
+# This is how data parallelism scales (lesson 14 measures it on 1, 2 and 4 ranks): computing the gradient of a batch on each of N ranks takes
 # 1/N of the time, but the all-reduce does not shrink. A rank sends 2(N−1)/N of the gradients
 # whatever the batch size. So scaling works well when the compute per step is large compared with
 # the model's size: big batches, few parameters per FLOP, fast networks. When it is not, the
@@ -388,27 +382,13 @@ draw.bars({say("DDP step", "DDP 一步"): 1e3 * with_comm,
 # fusion on CPU in plain PyTorch, so it stands in for both in this lesson.
 
 # %% [markdown] lang=zh
-# 数据并行就是这样扩展的：在 N 个 rank 上各算一部分，计算一个批次的梯度只需 1/N 的时间，但
-# all-reduce 并不会缩短。无论批大小如何，一个 rank 都要发送梯度总量的 2(N−1)/N。所以，只有当每一步
-# 的计算量相对于模型大小很大时，扩展才有好的效果：大批次、每次浮点运算对应的参数少、网络快。否则，
-# 补救办法就是其他几课里讲的：累积梯度，减少 all-reduce 的次数（第 4 课）；发送更少的字节（16 位梯度，
-# 第 7 课，以及下面的第 5 部分）；降低同步频率（本地 SGD，第 8 课）。
+# 数据并行就是这样扩展的（第 14 课会在 1、2、4 个 rank 上测量它）：在 N 个 rank 上各算一部分，计算一个批次的梯度只需 1/N 的时间，但 all-reduce 并不会缩短。无论批大小如何，一个 rank 都要发送梯度总量的 2(N−1)/N。所以，只有当每一步的计算量相对于模型大小很大时，扩展才有好的效果：大批次、每次浮点运算对应的参数少、网络快。否则，补救办法就是其他几课里讲的：累积梯度，减少 all-reduce 的次数（第 4 课）；发送更少的字节（16 位梯度，第 7 课，以及下面的第 5 部分）；降低同步频率（本地 SGD，第 8 课）。
 #
 # ## 4. 减少计算：CPU 上的 `torch.compile`
 #
-# `torch.compile` 把模型追踪成一张图，并生成融合后的内核（在 CPU 上是带 OpenMP 的 C++ 代码，需要
-# gcc 之类的 C++ 编译器）。它是缩短一步中计算部分的一种办法。编译要花时间，所以先只在 rank 0 上测量
-# 编译时间（`%%ddp --ranks 0`：其他 rank 等待）。编译后的模型第一次被调用时，会编译前向和反向计算。
-# 编译好的内核缓存在磁盘上（`/tmp/torchinductor_<user>` 中），所以第二次运行这个 notebook 时编译会更快。
+# `torch.compile` 把模型追踪成一张图，并生成融合后的内核（在 CPU 上是带 OpenMP 的 C++ 代码，需要 gcc 之类的 C++ 编译器）。它是缩短一步中计算部分的一种办法。编译要花时间，所以先只在 rank 0 上测量编译时间（`%%ddp --ranks 0`：其他 rank 等待）。编译后的模型第一次被调用时，会编译前向和反向计算。编译好的内核缓存在磁盘上（`/tmp/torchinductor_<user>` 中），所以第二次运行这个 notebook 时编译会更快。
 #
-# **为什么用 `torch.compile`，而不是 TorchScript 或 XLA？** 这三者都把模型的计算捕获成一张图，再交给
-# 一个会融合运算的编译器。**TorchScript**（`torch.jit.script`、`torch.jit.trace`）是 PyTorch 最早的做法：
-# 它把模型变成一个不需要 Python 就能运行的静态程序。它已被弃用：PyTorch 的文档让你在部署时改用
-# `torch.export`，而要让训练更快，应该用 `torch.compile`；TorchScript 不再增加新功能。**XLA** 是 JAX 和
-# TensorFlow 背后的编译器；PyTorch 要通过单独的 `torch_xla` 包才能用上它：这个包在 XLA 设备（TPU，或者
-# XLA 的 GPU、CPU 后端）上运行模型，把记录下来的运算编译成融合后的 XLA 程序。这需要它自己的设备和后端，
-# 而本机没有安装。在普通的 PyTorch 里、在 CPU 上做图捕获和运算融合的，正是 `torch.compile`，所以
-# 这一课用它来代表这两者。
+# **为什么用 `torch.compile`，而不是 TorchScript 或 XLA？** 这三者都把模型的计算捕获成一张图，再交给一个会融合运算的编译器。**TorchScript**（`torch.jit.script`、`torch.jit.trace`）是 PyTorch 最早的做法：它把模型变成一个不需要 Python 就能运行的静态程序。它已被弃用：PyTorch 的文档让你在部署时改用 `torch.export`，而要让训练更快，应该用 `torch.compile`；TorchScript 不再增加新功能。**XLA** 是 JAX 和 TensorFlow 背后的编译器；PyTorch 要通过单独的 `torch_xla` 包才能用上它：这个包在 XLA 设备（TPU，或者 XLA 的 GPU、CPU 后端）上运行模型，把记录下来的运算编译成融合后的 XLA 程序。这需要它自己的设备和后端，而本机没有安装。在普通的 PyTorch 里、在 CPU 上做图捕获和运算融合的，正是 `torch.compile`，所以这一课用它来代表这两者。
 
 # %%
 %%ddp --ranks 0
@@ -438,8 +418,7 @@ except Exception as exc:                           # e.g. no C++ compiler on the
 # rounding: fused kernels add in a different order), and we time both, one call at a time.
 
 # %% [markdown] lang=zh
-# 现在来比较：编译后模型的输出和梯度必须与 eager 模式一致（只差浮点舍入：融合后的内核按不同的顺序
-# 做加法），然后对两者计时，每次调用一次。
+# 现在来比较：编译后模型的输出和梯度必须与 eager 模式一致（只差浮点舍入：融合后的内核按不同的顺序做加法），然后对两者计时，每次调用一次。
 
 # %%
 %%ddp --ranks 0
@@ -515,17 +494,9 @@ else:
 # skipped, is what pruning does ([lesson 7](07_compression.ipynb)).
 
 # %% [markdown] lang=zh
-# 对于较大的模型，尤其是矩阵乘法之间有很多逐元素运算（归一化、激活函数、注意力）的模型，以及长时间
-# 的训练，`torch.compile` 才划算。与 DDP 一起使用时，要编译包装后的 DDP 模型
-# （`torch.compile(DDP(model))`）：这样 TorchDynamo 会在桶的边界处切分计算图，all-reduce 仍然可以与
-# 反向计算重叠。
+# 对于较大的模型，尤其是矩阵乘法之间有很多逐元素运算（归一化、激活函数、注意力）的模型，以及长时间的训练，`torch.compile` 才划算。与 DDP 一起使用时，要编译包装后的 DDP 模型（`torch.compile(DDP(model))`）：这样 TorchDynamo 会在桶的边界处切分计算图，all-reduce 仍然可以与反向计算重叠。
 #
-# **常见说法 / 实际情况。** 一种常见的说法是：TorchScript 和 XLA 是用于稀疏训练的技术。实际情况是：
-# 它们是编译器。和上面的 `torch.compile` 一样，它们把计算捕获成一张图，改变的是计算*怎样*进行（融合
-# 后的内核、更少的内存访问、运算之间不再经过 Python），而不是计算*什么*：没有任何权重被置零，也没有
-# 任何乘法被跳过。上面的运行对 `torch.compile` 展示了这一点：编译后的模型参数与之前相同，没有一个被
-# 置零，输出和梯度也与 eager 模式相同（见下面的输出）。稀疏性，即把权重置零以便少存储或跳过计算，是
-# 剪枝所做的事（[第 7 课](07_compression.ipynb)）。
+# **常见说法 / 实际情况。** 一种常见的说法是：TorchScript 和 XLA 是用于稀疏训练的技术。实际情况是：它们是编译器。和上面的 `torch.compile` 一样，它们把计算捕获成一张图，改变的是计算*怎样*进行（融合后的内核、更少的内存访问、运算之间不再经过 Python），而不是计算*什么*：没有任何权重被置零，也没有任何乘法被跳过。上面的运行对 `torch.compile` 展示了这一点：编译后的模型参数与之前相同，没有一个被置零，输出和梯度也与 eager 模式相同（见下面的输出）。稀疏性，即把权重置零以便少存储或跳过计算，是剪枝所做的事（[第 7 课](07_compression.ipynb)）。
 
 # %%
 if report["compiled"]:
@@ -561,22 +532,11 @@ if report["compiled"]:
 # %% [markdown] lang=zh
 # ## 5. 操控正在运行的训练：在训练过程中压缩梯度
 #
-# DDP 允许你替换它对每个桶所做的处理：`model.register_comm_hook(state, hook)` 让 DDP 对每个梯度桶调用
-# `hook(state, bucket)`，钩子必须对这些梯度做 all-reduce，并返回结果的 future。torch 为常见的选择提供了
-# 现成的钩子：`allreduce_hook`（DDP 本来就做的事）和 `bf16_compress_hook`（把桶转换成 bf16，对一半的
-# 字节做 all-reduce，再转换回来；第 7 课比较了压缩后的梯度与 float32 梯度）。下面的钩子在每一步中选用
-# 其中之一，并统计它交给 all-reduce 的字节数。
+# DDP 允许你替换它对每个桶所做的处理：`model.register_comm_hook(state, hook)` 让 DDP 对每个梯度桶调用 `hook(state, bucket)`，钩子必须对这些梯度做 all-reduce，并返回结果的 future。torch 为常见的选择提供了现成的钩子：`allreduce_hook`（DDP 本来就做的事）和 `bf16_compress_hook`（把桶转换成 bf16，对一半的字节做 all-reduce，再转换回来；第 7 课比较了压缩后的梯度与 float32 梯度）。下面的钩子在每一步中选用其中之一，并统计它交给 all-reduce 的字节数。
 #
-# 下一个单元格在**后台**训练 `SECONDS` 秒（`%%ddp --background` 立即返回，仪表盘继续实时更新），并读取
-# 一个旋钮 `ddplab.knob("compress", False)`，这个旋钮由它下面的复选框在每个 rank 上设置。在训练运行时
-# 勾选它：从下一步起，各 rank 就改用 bf16 发送。
+# 下一个单元格在**后台**训练 `SECONDS` 秒（`%%ddp --background` 立即返回，仪表盘继续实时更新），并读取一个旋钮 `ddplab.knob("compress", False)`，这个旋钮由它下面的复选框在每个 rank 上设置。在训练运行时勾选它：从下一步起，各 rank 就改用 bf16 发送。
 #
-# **各 rank 必须先达成一致，才能改变发送的内容。** 旋钮的新值到达各 rank 的时刻略有不同。如果每个
-# rank 都用自己读到的值，就可能一个 rank 对某个桶做 bf16 的 all-reduce，而另一个 rank 对同一个桶做
-# float32 的 all-reduce：这两个集合通信不再匹配（数据类型不同，字节数差一半），整个组会出错或卡住。
-# 所以在每一步开始时，只由 rank 0 读取旋钮，再用 `dist.broadcast` 把它读到的值发给每个 rank；这个很小
-# 的张量里还带着 rank 0 对“时间是否已到”的判断。随后每个 rank 在整个这一步中都使用这个共同的值。这次
-# 广播每步要多付一次 α；在意这一点的训练也可以每 k 步才协商一次。
+# **各 rank 必须先达成一致，才能改变发送的内容。** 旋钮的新值到达各 rank 的时刻略有不同。如果每个 rank 都用自己读到的值，就可能一个 rank 对某个桶做 bf16 的 all-reduce，而另一个 rank 对同一个桶做 float32 的 all-reduce：这两个集合通信不再匹配（数据类型不同，字节数差一半），整个组会出错或卡住。所以在每一步开始时，只由 rank 0 读取旋钮，再用 `dist.broadcast` 把它读到的值发给每个 rank；这个很小的张量里还带着 rank 0 对“时间是否已到”的判断。随后每个 rank 在整个这一步中都使用这个共同的值。这次广播每步要多付一次 α；在意这一点的训练也可以每 k 步才协商一次。
 
 # %%
 %%ddp --background
@@ -629,9 +589,7 @@ toggle
 # untick the box while the dashboard runs.
 
 # %% [markdown] lang=zh
-# 如果没有人操作、从头到尾自动运行，notebook 会自己勾选这个复选框：下一个单元格等待 2 秒，设置
-# `toggle.value = True`（与点击一下的效果相同），然后 `%ddp_wait` 等待训练结束，并显示结果。想亲手
-# 试一试的话，把上面的 `SECONDS` 改成 60，运行这两个单元格，然后在仪表盘运行时反复勾选、取消勾选。
+# 如果没有人操作、从头到尾自动运行，notebook 会自己勾选这个复选框：下一个单元格等待 2 秒，设置 `toggle.value = True`（与点击一下的效果相同），然后 `%ddp_wait` 等待训练结束，并显示结果。想亲手试一试的话，把上面的 `SECONDS` 改成 60，运行这两个单元格，然后在仪表盘运行时反复勾选、取消勾选。
 
 # %%
 import time
@@ -646,8 +604,7 @@ toggle.value = True
 # (`ms`).
 
 # %% [markdown] lang=zh
-# `%ddp_history` 保存了每个 rank 记录的每一个点：共同约定的选择（`compressed`）、该 rank 自己读到的
-# 旋钮值（`seen`）、它交给 all-reduce 的字节数（`bytes`），以及这一步的耗时（`ms`）。
+# `%ddp_history` 保存了每个 rank 记录的每一个点：共同约定的选择（`compressed`）、该 rank 自己读到的旋钮值（`seen`）、它交给 all-reduce 的字节数（`bytes`），以及这一步的耗时（`ms`）。
 
 # %%
 import numpy as np
@@ -792,45 +749,77 @@ draw.bars(None, panels=[
 # %% [markdown]
 # Compression shrinks only the part of communication that moves bytes. Between machines, where
 # bytes are slow and the casts are cheap next to them, that is most of it; on loopback it may be
-# little. Neither the fixed cost α of each all-reduce nor the waiting for a slower rank (lesson 9)
+# little. Neither the fixed cost α of each all-reduce nor the waiting for a slower rank (lesson 10)
 # gets any smaller.
 
 # %% [markdown] lang=zh
-# 压缩只能缩短通信中搬运字节的那一部分。在机器之间，字节传得慢，数据类型转换相比之下很便宜，这一部分占了通信的大头；在回环接口上，它可能只占一小部分。而每次 all-reduce 的固定开销 α，以及等待较慢 rank 的时间（第 9 课），都丝毫不会减少。
+# 压缩只能缩短通信中搬运字节的那一部分。在机器之间，字节传得慢，数据类型转换相比之下很便宜，这一部分占了通信的大头；在回环接口上，它可能只占一小部分。而每次 all-reduce 的固定开销 α，以及等待较慢 rank 的时间（第 10 课），都丝毫不会减少。
 
 # %% [markdown]
 # ## Exercises
 #
-# 1. Time `dist.broadcast(x, src=0)` and `dist.all_gather_into_tensor` for the same sizes. Which
-#    is cheapest for large messages, and why (how many bytes does each rank send)?
-# 2. Repeat part 3 with `mlp(hidden=2048)` and a batch of 256. Is communication a larger or smaller share
-#    of the step? Why?
-# 3. Find a `bucket_cap_mb` for which this MLP needs 4 all-reduces per step, or explain why there
-#    is none. (Its gradients, in the order they become ready: 10, 5,120, 512, 262,144, 512 and
-#    401,408 elements of 4 bytes.)
-# 4. In part 5, replace `plan[0]` by each rank's own `ddplab.knob("compress", False)` (no agreement),
-#    set `SECONDS = 20` and tick the box a few times. What happens, and what does ddplab say?
+# Write your answer in place of `...` and run the cell: `check` says whether it is right for this
+# run, and why.
 #
-# ## 练习
-#
-# 1. 对同样的大小测量 `dist.broadcast(x, src=0)` 和 `dist.all_gather_into_tensor` 的耗时。
-#    对大消息哪个最便宜？为什么（每个 rank 发送多少字节）？
-# 2. 用 `mlp(hidden=2048)` 和 256 的批大小重做第 3 部分。通信占一步时间的比例变大还是变小？为什么？
-# 3. 找一个 `bucket_cap_mb`，使这个 MLP 每步需要 4 次 all-reduce；或者说明为什么找不到。
-#    （按梯度就绪的顺序，各梯度的元素个数为 10、5,120、512、262,144、512 和 401,408，每个元素 4 字节。）
-# 4. 在第 5 部分中，把 `plan[0]` 换成每个 rank 自己读取的 `ddplab.knob("compress", False)`（不协商），
-#    设 `SECONDS = 20`，然后勾选、取消几次。会发生什么？ddplab 报告了什么？
+# **12.1** In a ring all-reduce of N ranks, how many bytes does each rank send? Give the number of
+# MB each of the 4 ranks sent for part 1's largest message (16 MB). Answer with a number (MB).
 
 # %% [markdown] lang=zh
 # ## 练习
 #
-# 1. 对同样的几种大小，测量 `dist.broadcast(x, src=0)` 和 `dist.all_gather_into_tensor` 的耗时。对大
-#    消息来说哪个最便宜？为什么（每个 rank 要发送多少字节）？
-# 2. 用 `mlp(hidden=2048)` 和 256 的批大小重做第 3 部分。通信在一步中所占的比例变大还是变小了？为什么？
-# 3. 找一个 `bucket_cap_mb`，使这个 MLP 每步需要 4 次 all-reduce；或者说明为什么找不到。（按梯度就绪的
-#    顺序，各梯度的元素个数为 10、5,120、512、262,144、512 和 401,408，每个元素 4 字节。）
-# 4. 在第 5 部分中，把 `plan[0]` 换成每个 rank 自己读取的 `ddplab.knob("compress", False)`（不协商），
-#    设 `SECONDS = 20`，然后勾选、取消几次。会发生什么？ddplab 报告了什么？
+# 把 `...` 换成你的答案并运行单元格：`check` 会告诉你，对这次运行来说答案对不对，以及为什么。
+#
+# **12.1** 在 N 个 rank 的环形 all-reduce 中，每个 rank 发送多少字节？对第 1 部分最大的消息（16 MB），4 个 rank 中的每一个发送了多少 MB？请写一个数（单位 MB）。
+
+# %%
+answer = ...    # MB each of the 4 ranks sent for the 16 MB all-reduce
+check("12.1", answer, nbytes=nbytes[-1], ranks=4)
+
+# %% [markdown]
+# **12.2** Predict from your fit of part 1: how long would one all-reduce of 64 MB take on the 4
+# ranks, t ≈ α + n·β with the α and 1/β printed there? Answer with a number of milliseconds.
+# (Then time it in a `%%ddp` cell of your own with `median_seconds`: how close is the model?)
+
+# %% [markdown] lang=zh
+# **12.2** 用第 1 部分拟合的结果来预测：在 4 个 rank 上，对 64 MB 做一次 all-reduce 需要多长时间？按 t ≈ α + n·β 计算，α 和 1/β 用那里打印的值。请写一个毫秒数。（然后在你自己的 `%%ddp` 单元格里用 `median_seconds` 计时：这个模型有多准？）
+
+# %%
+answer = ...    # milliseconds for a 64 MB all-reduce on 4 ranks, by the fitted model
+check("12.2", answer, alpha=alpha, beta=beta)
+
+# %% [markdown]
+# **12.3** In the order they become ready, the MLP's gradients have 10, 5,120, 512, 262,144, 512 and
+# 401,408 elements of 4 bytes. How many all-reduces per step would DDP make with
+# `bucket_cap_mb=0.001`? Work it out from the rule of part 2 (a bucket closes once it holds at least
+# its cap), then try it. Answer with a whole number.
+
+# %% [markdown] lang=zh
+# **12.3** 按就绪的顺序，这个 MLP 各梯度的元素个数为 10、5,120、512、262,144、512 和 401,408，每个元素 4 字节。使用 `bucket_cap_mb=0.001` 时，DDP 每步要做几次 all-reduce？用第 2 部分的规则（一个桶装入的量至少达到上限时就封口）算出来，再试一试。请写一个整数。
+
+# %%
+answer = ...    # all-reduces per step with bucket_cap_mb=0.001
+check("12.3", answer, grads=grads, cap_mb=0.001)
+
+# %% [markdown]
+# **12.4** Repeat part 3 with `mlp(hidden=2048)` and a batch of 256 instead of 32. Does communication
+# become a larger or a smaller share of the step? Answer with a letter:
+#
+# - (a) larger: the model has about 9 times as many parameters, so the all-reduce sends about 9 times
+#   the bytes
+# - (b) smaller: the compute grows with the parameters *and* with the batch, the bytes with the
+#   parameters only
+# - (c) about the same: compute and communication both grow with the number of parameters
+
+# %% [markdown] lang=zh
+# **12.4** 用 `mlp(hidden=2048)` 和 256（而不是 32）的批大小重做第 3 部分。通信在一步中所占的比例变大了还是变小了？请写一个字母：
+#
+# - (a) 变大：模型的参数约为原来的 9 倍，all-reduce 发送的字节也约为原来的 9 倍
+# - (b) 变小：计算量随参数数量*和*批大小增长，而字节数只随参数数量增长
+# - (c) 差不多：计算和通信都随参数数量增长
+
+# %%
+answer = ...    # a, b or c
+check("12.4", answer, share=share)
 
 # %%
 %ddp_stop

@@ -1,5 +1,5 @@
 # %% [markdown]
-# # Lesson 13 · From the notebook to a cluster
+# # Lesson 17 · From the notebook to a cluster
 #
 # **In short.** So far every rank ran on this machine. On a cluster each host brings its own cores,
 # and the same code runs there: ipyparallel starts engines on the hosts (by SSH, MPI or a Slurm job,
@@ -9,18 +9,38 @@
 # process it starts (the environment `init_process_group` reads), and turn the notebook into a
 # script that `torchrun` runs, ending with the same losses, digit for digit.
 #
-# **简介。** 到目前为止，所有 rank 都在本机上运行。在集群上，每台主机都有自己的 CPU 核心，而同样的代码可以照样运行：ipyparallel 在各台主机上启动引擎（通过 SSH、MPI 或 Slurm 作业，或者你亲手运行 `ipengine`），`%ddp_start --connect` 把每个引擎变成同一个 gloo 进程组里的一个 rank。本课连接到 4 台主机，看看有什么不同（每个 rank 有自己的地址和网卡、集合点 rendezvous、一台主机失联）；然后离开 ddplab：看 `torchrun` 给它启动的每个进程准备了什么（`init_process_group` 读取的环境变量），再把 notebook 变成一个 `torchrun` 能运行的脚本，最后得到的损失逐位相同。
+# **You will learn**
+# - how ipyparallel engines on several hosts become the ranks of one gloo group (`%ddp_start --connect`)
+# - what changes across hosts: each rank's address and network interface, the rendezvous store, DNS
+# - what happens when a host is lost in the middle of a collective, and how to go on with the hosts left
+# - what `torchrun` gives every process it starts, and why `init_process_group` needs `MASTER_ADDR` and `MASTER_PORT`
+# - how to turn the notebook into a script that `torchrun` runs to the same losses, digit for digit
+#
+# **Study time:** about 45 minutes
+#
+# **Needs:** root (and the `ip` and `unshare` commands) to make 4 hosts as network namespaces, else it falls back to 4 local engines; `torchrun` (comes with torch) · 4, then 3, then 4 ranks
 #
 # **You will see:** 4 hosts and the ranks on them, an all-reduce across hosts, a host lost and
 # the group formed again on the 3 left, the environment torchrun sets for each of 4 processes, and
 # the notebook's training run again by `torchrun`.
 
 # %% [markdown] lang=zh
-# # 第 13 课 · 从 notebook 到集群
+# # 第 17 课 · 从 notebook 到集群
 #
 # **简而言之**：到目前为止，所有进程（rank）都在本机上运行。在集群上，每台主机都有自己的 CPU 核心，而同样的代码照样可以在那里运行：ipyparallel 在各台主机上启动引擎（通过 SSH、MPI 或 Slurm 作业，或者由你亲手运行 `ipengine`），`%ddp_start --connect` 把每个引擎变成同一个 gloo 进程组中的一个 rank。本课连接到 4 台主机，看看有哪些变化（每个 rank 有自己的地址和网卡、集合点 rendezvous、一台主机失联）；然后离开 ddplab：看看 `torchrun` 为它启动的每个进程准备了什么（也就是 `init_process_group` 读取的环境变量），再把 notebook 变成一个由 `torchrun` 运行的脚本，最后得到的损失逐位相同。
 #
-# **你将看到：** 4 台主机及其上的 rank，一次跨主机的 all-reduce，一台主机失联后在剩下的 3 台上重新组成进程组，`torchrun` 为 4 个进程分别设置的环境变量，以及由 `torchrun` 重新运行的 notebook 训练。
+# **你将学到**
+# - 多台主机上的 ipyparallel 引擎如何成为同一个 gloo 进程组的各个 rank（`%ddp_start --connect`）
+# - 跨主机时有哪些变化：每个 rank 的地址和网络接口、集合点的 store、DNS
+# - 一台主机在集合通信中途失联时会发生什么，以及如何用剩下的主机继续
+# - `torchrun` 给它启动的每个进程提供了什么，以及为什么 `init_process_group` 需要 `MASTER_ADDR` 和 `MASTER_PORT`
+# - 如何把 notebook 变成一个由 `torchrun` 运行的脚本，并得到逐位相同的损失
+#
+# **学习时间**：约 45 分钟
+#
+# **需要**：需要 root 权限（以及 `ip` 和 `unshare` 命令）把 4 台主机做成网络命名空间，否则退回为 4 个本地引擎；`torchrun`（随 torch 提供）· 先 4 个、再 3 个、最后 4 个 rank
+#
+# **你将看到**：4 台主机及其上的 rank，一次跨主机的 all-reduce，一台主机失联后在剩下的 3 台上重新组成进程组，`torchrun` 为 4 个进程分别设置的环境变量，以及由 `torchrun` 重新运行的 notebook 训练。
 
 # %%
 %load_ext ddplab
@@ -32,40 +52,50 @@ import subprocess
 import sys
 import tempfile
 
-from ddplab.lessons import draw, lab, say
-from ddplab.lessons.hosts import hosts_or_local
+from ddplab.lessons import check, draw, lab, say
+from ddplab.lessons.hosts import check as check_hosts, hosts_or_local
 
 # %% [markdown]
 # ## Four hosts
 #
 # A real cluster needs real machines. Here, as root on Linux, each "host" is a **network
-# namespace**: its own network interfaces, its own address (10.77.0.11 to .14) on a bridge, its
-# own hostname (h1 to h4), and, as on many cluster nodes, no DNS that answers. An ipyparallel
-# controller listens on the bridge (10.77.0.1), and one `ipengine` runs on each host, started the
-# way you would start it by hand on a real one:
+# namespace**: its own network interfaces, its own address on a bridge (on a 10.77.X subnet that no
+# interface of this machine uses yet), its own hostname (h1 to h4), and, as on many cluster nodes, no
+# DNS that answers. An ipyparallel controller listens on the bridge's address, and one `ipengine`
+# runs on each host, started the way you would start it by hand on a real one:
 #
 # ```
-# ipcontroller --ip=10.77.0.1                                   # on the head node
+# ipcontroller --ip=ADDRESS        # on the head node: ADDRESS, its address on the cluster's network
 # ipengine --file=~/.ipython/profile_default/security/ipcontroller-engine.json   # on each host
 # ```
 #
-# Without root (or on a Mac), the same cell starts 4 engines on this machine instead, and the lesson
-# runs the same way, but every rank has the same host and address.
+# The cell prints the addresses this run got. Without root (or on a Mac), the same cell starts 4
+# engines on this machine instead, and the lesson runs the same way, but every rank has the same host
+# and address.
 
 # %% [markdown] lang=zh
 # ## 四台主机
 #
-# 真正的集群需要真正的机器。这里在 Linux 上以 root 身份运行，每台“主机”都是一个**网络命名空间**（network namespace）：它有自己的网络接口、网桥上自己的地址（10.77.0.11 到 .14）、自己的主机名（h1 到 h4），而且和许多集群节点一样，没有能应答的 DNS。一个 ipyparallel 控制器在网桥上（10.77.0.1）监听，每台主机上运行一个 `ipengine`，启动方式与在真实主机上手动启动完全相同：
+# 真正的集群需要真正的机器。这里在 Linux 上以 root 身份运行，每台“主机”都是一个**网络命名空间**（network namespace）：它有自己的网络接口、网桥上自己的地址（在本机还没有任何网络接口使用的一个 10.77.X 子网中）、自己的主机名（h1 到 h4），而且和许多集群节点一样，没有能应答的 DNS。一个 ipyparallel 控制器在网桥的地址上监听，每台主机上运行一个 `ipengine`，启动方式与在真实主机上手动启动完全相同：
 #
 # ```
-# ipcontroller --ip=10.77.0.1                                   # 在头节点上
+# ipcontroller --ip=ADDRESS        # 在头节点上：ADDRESS 是它在集群网络上的地址
 # ipengine --file=~/.ipython/profile_default/security/ipcontroller-engine.json   # 在每台主机上
 # ```
 #
-# 如果没有 root 权限（或者在 Mac 上），同一个单元格会改为在本机上启动 4 个引擎，课程照样进行，只是每个 rank 的主机和地址都相同。
+# 下面的单元格会打印这次运行得到的地址。如果没有 root 权限（或者在 Mac 上），同一个单元格会改为在本机上启动 4 个引擎，课程照样进行，只是每个 rank 的主机和地址都相同。
 
 # %%
 hosts = hosts_or_local(4)
+if hosts.addresses:
+    print(say("hosts: ", "主机：") + say(", ", "，").join(f"{h} {a}" for h, a in zip(hosts.hostnames, hosts.addresses)))
+    print(say(f"the controller listens on {hosts.controller_address}, the bridge's address; started by hand it would be:",
+              f"控制器在网桥的地址 {hosts.controller_address} 上监听；手动启动的话就是："))
+    print(f"ipcontroller --ip={hosts.controller_address}")
+else:
+    print(say(f"no network namespaces here ({check_hosts()}): 4 engines on this machine, the controller on "
+              f"{hosts.controller_address}",
+              f"这里不能创建网络命名空间（{check_hosts()}）：在本机上启动 4 个引擎，控制器在 {hosts.controller_address} 上"))
 hosts.client_file        # the controller's connection file, the one ipyparallel.Client reads
 
 # %% [markdown]
@@ -78,7 +108,11 @@ hosts.client_file        # the controller's connection file, the one ipyparallel
 # `%ddp_start --connect` 通过 `ipyparallel.Client` 读取的同一个 `ipcontroller-client.json`，连接到这个控制器的引擎。`4` 表示等到 4 个引擎都注册之后再继续。每个引擎成为一个 rank，先按主机、再按引擎编号排序。（`%ddp_start --profile NAME` 连接到 `ipcluster start --profile NAME` 创建的集群；详见 [README](../../README.md)。）
 
 # %%
+import time
+
+tic = time.perf_counter()
 %ddp_start 4 --connect {hosts.client_file} --threads 1
+attach_seconds = time.perf_counter() - tic
 
 # %% [markdown]
 # Before it forms the group, ddplab asks every engine where it is: which of its addresses reaches
@@ -119,15 +153,15 @@ print(socket.gethostname(), os.environ.get("GLOO_SOCKET_IFNAME"), t.item())
 # **The rendezvous.** To form a group, the ranks first exchange their gloo addresses through a
 # key-value store. `torchrun` and `init_process_group("tcp://...")` use torch's `TCPStore` on rank
 # 0: it accepts anyone who can reach its port, and each client looks up the name of its own
-# address when it connects. Where DNS does not answer (these hosts, many cluster nodes) each lookup
-# waits 10 s: 4 hosts took 13 to 20 s to form a group here. ddplab's rank 0 serves a small store of
-# its own instead, on its own address only, that signs every message with the pool's key and looks
-# up no names: the group above formed in a fraction of a second.
+# address when it connects. Where DNS does not answer (these hosts, many cluster nodes) each of those
+# lookups waits about 10 s before it gives up. ddplab's rank 0 serves a small store of its own
+# instead, on its own address only, that signs every message with the pool's key and looks up no
+# names (the cell after the training prints how long `%ddp_start` took here).
 #
 # DDP works as on one machine: every rank ends with the same parameters.
 
 # %% [markdown] lang=zh
-# **集合点（rendezvous）。** 为了组建进程组，各 rank 先通过一个键值存储（store）交换各自的 gloo 地址。`torchrun` 和 `init_process_group("tcp://...")` 使用 torch 在 rank 0 上的 `TCPStore`：任何能连上它端口的人它都接受，而且每个客户端在连接时都会反查自己地址对应的名字。在 DNS 不应答的地方（这些主机，以及许多集群节点），每次反查都要等 10 秒：在这里，4 台主机用了 13 到 20 秒才组成进程组。ddplab 的 rank 0 则运行一个自己的小型 store，只监听自己的地址，用进程池的密钥给每条消息签名，并且不做任何名字解析：上面的进程组在不到一秒内就组建好了。
+# **集合点（rendezvous）。** 为了组建进程组，各 rank 先通过一个键值存储（store）交换各自的 gloo 地址。`torchrun` 和 `init_process_group("tcp://...")` 使用 torch 在 rank 0 上的 `TCPStore`：任何能连上它端口的人它都接受，而且每个客户端在连接时都会反查自己地址对应的名字。在 DNS 不应答的地方（这些主机，以及许多集群节点），每次这样的反查都要等大约 10 秒才放弃。ddplab 的 rank 0 则运行一个自己的小型 store，只监听自己的地址，用进程池的密钥给每条消息签名，并且不做任何名字解析（训练之后的那个单元格会打印 `%ddp_start` 在这里用了多长时间）。
 #
 # DDP 的表现与单机上一样：每个 rank 最后的参数都完全相同。
 
@@ -141,20 +175,32 @@ print(f"{socket.gethostname()}: loss={summary['loss']:.4f} samples_per_s={summar
 summaries = %ddp_gather summary
 assert len({s["checksum"] for s in summaries}) == 1   # identical parameters on every host
 print(say("parameters identical on every host:", "每台主机上的参数完全相同："), len({s["checksum"] for s in summaries}) == 1)
+print(say(f"%ddp_start took {attach_seconds:.1f} s in all: waiting for the 4 engines, asking each where it is, and "
+          "forming the group through ddplab's store",
+          f"%ddp_start 一共用了 {attach_seconds:.1f} 秒：等待 4 个引擎、询问每个引擎的位置，并通过 ddplab 的 store 组建进程组"))
+if attach_seconds < 10:
+    print(say("That is less than a single name lookup takes where DNS does not answer (about 10 s), and a TCPStore "
+              "makes one for every connection.",
+              "这比在 DNS 不应答的地方做一次名字反查所需的时间（约 10 秒）还短，而 TCPStore 每个连接都要反查一次。"))
+else:
+    print(say("That includes waiting for the engines; ddplab's store itself looked up no names, where a TCPStore "
+              "would have waited about 10 s for every connection.",
+              "这包括等待引擎的时间；ddplab 的 store 本身不做任何名字解析，而 TCPStore 每个连接都要等约 10 秒。"))
 
 # %% [markdown]
 # ## A host is lost
 #
 # On a cluster, a host can fail in the middle of a run. Here rank 2's host goes away a second into
-# the next cell: its engine and the engine's nanny are killed at once, with no goodbye, while every
-# rank all-reduces. The other ranks' connections to it break; the controller stops hearing the
-# engine (ipyparallel's heartbeat); ddplab names the rank and its host, and gives you the notebook
-# back within seconds.
+# the next cell: its engine and the engine's nanny are killed at once, with no chance to tell anyone,
+# while every rank all-reduces. The other ranks' connections to it break; the controller stops hearing
+# the engine (ipyparallel's heartbeat); ddplab names the rank and its host, and gives you the notebook
+# back within seconds. The cell runs with `%%ddp --expect RankLost`: the lost rank is the point, so
+# ddplab shows its report as expected instead of raising.
 
 # %% [markdown] lang=zh
 # ## 一台主机失联
 #
-# 在集群上，一台主机可能在运行途中出故障。这里，在下一个单元格开始一秒后，rank 2 所在的主机消失了：它的引擎和引擎的守护进程（nanny）同时被杀死，不留任何告别，而此时每个 rank 都在做 all-reduce。其他 rank 与它的连接断开；控制器不再收到这个引擎的消息（ipyparallel 的心跳）；ddplab 指出是哪个 rank、在哪台主机上，并在几秒内把 notebook 交还给你。
+# 在集群上，一台主机可能在运行途中出故障。这里，在下一个单元格开始一秒后，rank 2 所在的主机消失了：它的引擎和引擎的守护进程（nanny）同时被杀死，来不及通知任何一方，而此时每个 rank 都在做 all-reduce。其他 rank 与它的连接断开；控制器不再收到这个引擎的消息（ipyparallel 的心跳）；ddplab 指出是哪个 rank、在哪台主机上，并在几秒内把 notebook 交还给你。这个单元格用 `%%ddp --expect RankLost` 运行：失联的 rank 正是要演示的内容，所以 ddplab 把它的报告作为预期的结果显示出来，而不是抛出异常。
 
 # %%
 import threading
@@ -162,8 +208,8 @@ import threading
 lost_row = lab().status()[2]
 threading.Timer(1.0, hosts.lose_host_of, (lost_row,)).start()
 
-# %% tags=["raises-exception"]
-%%ddp
+# %%
+%%ddp --expect RankLost
 import time
 for step in range(400):
     t = torch.ones(1)
@@ -203,6 +249,7 @@ print(socket.gethostname(), t.item())
 # `%ddp_stop --shutdown` 还会停止这些引擎及其控制器（就像 `ipcluster stop` 那样）。然后拆除这 4 台主机。
 
 # %%
+ranks_left = len(lab().status())                    # for exercise 17.2
 %ddp_stop --shutdown
 hosts.down()
 
@@ -277,7 +324,7 @@ for epoch in range(3):
 print(f"rank={rank} loss={loss.item()!r}")
 
 # %%
-work = tempfile.TemporaryDirectory(prefix="ddplab-lesson13-")  # removed with the kernel (or %reset)
+work = tempfile.TemporaryDirectory(prefix="ddplab-lesson17-")  # removed with the kernel (or %reset)
 script = work.name + "/train.py"
 %ddp_export {script}
 text = open(script).read()
@@ -353,7 +400,7 @@ assert [p["all_reduce"] for p in procs] == [10.0] * 4        # 1 + 2 + 3 + 4, as
 #   exchange their addresses (the rendezvous above), the same for all of them.
 # - `TORCHELASTIC_RUN_ID`: the job's id (`--rdzv-id`; `--standalone` makes a random one); only
 #   processes of the same job meet. `TORCHELASTIC_RESTART_COUNT` counts torchrun's restarts of
-#   the workers (`--max-restarts`, lesson 10).
+#   the workers (`--max-restarts`, lesson 11).
 #
 # Started by hand, with no torchrun, the same script has none of this. Give it a rank and a world
 # size, as a script that starts its processes itself would, and run it:
@@ -365,7 +412,7 @@ assert [p["all_reduce"] for p in procs] == [10.0] * 4        # 1 + 2 + 3 + 4, as
 # - `LOCAL_RANK` 和 `LOCAL_WORLD_SIZE`：它在本主机上各进程中的位置，以及本主机上运行的进程数。只有一台主机时，它们等于 `RANK` 和 `WORLD_SIZE`；如果有 2 台主机、每台 4 个进程，第二台主机上进程的 `RANK` 是 4 到 7，`LOCAL_RANK` 是 0 到 3。在 GPU 机器上，由 `LOCAL_RANK` 选择进程使用的 GPU（`torch.cuda.set_device(local_rank)`）。
 # - `GROUP_RANK`：它所在主机（即它的 torchrun）在作业中的编号，共有 `GROUP_WORLD_SIZE` 台。
 # - `MASTER_ADDR` 和 `MASTER_PORT`：键值存储所在的位置，各进程通过它交换彼此的地址（即上文的集合点），所有进程都相同。
-# - `TORCHELASTIC_RUN_ID`：作业的 ID（`--rdzv-id`；`--standalone` 会随机生成一个），只有同一个作业的进程才会会合。`TORCHELASTIC_RESTART_COUNT` 记录 torchrun 重启 worker 的次数（`--max-restarts`，见[第 10 课](10_fault_tolerance.ipynb)）。
+# - `TORCHELASTIC_RUN_ID`：作业的 ID（`--rdzv-id`；`--standalone` 会随机生成一个），只有同一个作业的进程才会会合。`TORCHELASTIC_RESTART_COUNT` 记录 torchrun 重启 worker 的次数（`--max-restarts`，见[第 11 课](11_fault_tolerance.ipynb)）。
 #
 # 如果不用 torchrun、手动启动，同一个脚本就什么也拿不到。像自己启动进程的脚本那样，给它一个 rank 和一个 world size，然后运行：
 
@@ -429,29 +476,6 @@ draw.bars(None, fmt="{:.6f}", panels=[
 #    connection. ddplab's own pools across hosts use its signed store instead.
 # 3. **Firewalls.** The ranks connect to each other on ports chosen at random: the hosts must
 #    reach each other on every port of that network.
-#
-# ## Exercises
-#
-# 1. Attach again with `--ifname mgmt0` (`%ddp_start 4 --connect ... --ifname mgmt0`). What does
-#    ddplab say, and why can the ranks not use that network?
-# 2. `%ddp_export` a lesson you did before (say lesson 3) and run it with torchrun. Which cells had
-#    to be left out, and why?
-# 3. In the exported script, replace `dist.init_process_group("gloo")` with
-#    `dist.init_process_group("gloo", init_method="tcp://127.0.0.1:29511", rank=int(os.environ["RANK"]),
-#    world_size=int(os.environ["WORLD_SIZE"]))`. What does each argument replace?
-# 4. Run the exported script in two terminals at once, each with `torchrun --nnodes 2
-#    --nproc_per_node 2 --rdzv-backend c10d --rdzv-endpoint 127.0.0.1:29400 train.py`: two "hosts"
-#    of 2 processes. Which variables differ from the table above, what is `TORCHELASTIC_RUN_ID`
-#    without `--rdzv-id`, and are the losses still the notebook's?
-#
-# ## 练习
-#
-# 1. 用 `--ifname mgmt0` 重新连接（`%ddp_start 4 --connect ... --ifname mgmt0`）。ddplab 说了什么？为什么各个 rank 不能使用那个网络？
-# 2. 用 `%ddp_export` 导出你之前做过的一课（比如第 3 课），再用 torchrun 运行它。哪些单元格不得不省略，为什么？
-# 3. 在导出的脚本中，把 `dist.init_process_group("gloo")` 换成 `dist.init_process_group("gloo", init_method="tcp://127.0.0.1:29511", rank=int(os.environ["RANK"]),
-#    world_size=int(os.environ["WORLD_SIZE"]))`。每个参数分别替代了什么？
-# 4. 在两个终端里同时运行导出的脚本，每个都用 `torchrun --nnodes 2 --nproc_per_node 2
-#    --rdzv-backend c10d --rdzv-endpoint 127.0.0.1:29400 train.py`：相当于两台“主机”，每台 2 个进程。与上面的表格相比，哪些变量不同了？不加 `--rdzv-id` 时，`TORCHELASTIC_RUN_ID` 是什么？损失还和 notebook 中的一样吗？
 
 # %% [markdown] lang=zh
 # **在真正的集群上**，同一个脚本在每台主机上各由一个 torchrun 运行，例如 2 台主机、每台 4 个进程：
@@ -465,13 +489,64 @@ draw.bars(None, fmt="{:.6f}", panels=[
 # 1. **网络接口。** 告诉 gloo 使用哪个网络（在每台主机上设置 `GLOO_SOCKET_IFNAME=eth0`，或者 `%ddp_start --ifname eth0`），否则它会选用主机名解析出的地址，而在许多 Debian 和 Ubuntu 主机上，这个地址是 `127.0.1.1`。
 # 2. **store。** torchrun 的集合点 store 是一个 `TCPStore`：它没有任何身份验证，所以要在私有网络上运行作业；还要让各主机的（反向）DNS 正常工作，否则每次连接都要多等 10 秒。ddplab 自己的跨主机进程池则使用它带签名的 store。
 # 3. **防火墙。** 各 rank 之间通过随机选择的端口互相连接：主机之间在这个网络的所有端口上都必须能互相访问。
+
+# %% [markdown]
+# ## Exercises
 #
+# Write your answer in place of `...` and run the cell: `check` says whether it is right, and why.
+#
+# **17.1** Under torchrun on one machine, every process had `LOCAL_RANK` equal to its `RANK` (the
+# table above). Now run the same script on 2 hosts with as many processes on each as here (`torchrun
+# --nnodes 2 --nproc_per_node N ...` on both). What is the `RANK` of the process with `GROUP_RANK` 1
+# and `LOCAL_RANK` 2? Answer with a whole number.
+
+# %% [markdown] lang=zh
 # ## 练习
 #
-# 1. 用 `--ifname mgmt0` 重新连接（`%ddp_start 4 --connect ... --ifname mgmt0`）。ddplab 说了什么？为什么各个 rank 不能使用那个网络？
-# 2. 用 `%ddp_export` 导出你之前做过的一课（比如第 3 课），再用 torchrun 运行它。哪些单元格不得不省略，为什么？
-# 3. 在导出的脚本中，把 `dist.init_process_group("gloo")` 换成 `dist.init_process_group("gloo", init_method="tcp://127.0.0.1:29511", rank=int(os.environ["RANK"]), world_size=int(os.environ["WORLD_SIZE"]))`。每个参数分别替代了什么？
-# 4. 在两个终端里同时运行导出的脚本，每个都用 `torchrun --nnodes 2 --nproc_per_node 2 --rdzv-backend c10d --rdzv-endpoint 127.0.0.1:29400 train.py`：相当于两台“主机”，每台 2 个进程。与上面的表格相比，哪些变量不同了？不加 `--rdzv-id` 时，`TORCHELASTIC_RUN_ID` 是什么？损失还和 notebook 中的一样吗？
+# 把 `...` 换成你的答案并运行单元格：`check` 会告诉你答案对不对，以及为什么。
+#
+# **17.1** 在一台机器上用 torchrun 运行时，每个进程的 `LOCAL_RANK` 都等于它的 `RANK`（见上面的表格）。现在在 2 台主机上运行同一个脚本，每台主机上的进程数和这里一样（两台都执行 `torchrun --nnodes 2 --nproc_per_node N ...`）。`GROUP_RANK` 为 1、`LOCAL_RANK` 为 2 的进程，`RANK` 是多少？请写一个整数。
+
+# %%
+answer = ...    # the RANK of the process with GROUP_RANK 1 and LOCAL_RANK 2
+check("17.1", answer, per_host=len(procs))
+
+# %% [markdown]
+# **17.2** After rank 2's host was lost, `%ddp_start 3 --connect` formed a group of the engines
+# left. Suppose the cross-host cell that all-reduces `torch.ones(1) * (rank + 1)` ran again in that
+# group. What value would every rank print? Answer with a number.
+
+# %% [markdown] lang=zh
+# **17.2** rank 2 所在的主机失联后，`%ddp_start 3 --connect` 用剩下的引擎组成了一个进程组。假设那个跨主机的单元格（对 `torch.ones(1) * (rank + 1)` 做 all-reduce）在这个进程组里再运行一次，每个 rank 会打印什么值？请写一个数。
+
+# %%
+answer = ...    # what every rank prints: the all-reduce of rank + 1 in the group of the engines left
+check("17.2", answer, ranks_left=ranks_left, lost_rank=2, world_before=4)
+
+# %% [markdown]
+# **17.3** In the training that torchrun ran again, 512 samples were split by the `DistributedSampler`
+# over 4 processes, in batches of 32, for 3 epochs. How many optimizer steps did each process take?
+# (Check it with `%ddp_history`: the points each rank logged.) Answer with a whole number.
+
+# %% [markdown] lang=zh
+# **17.3** 在 torchrun 重新运行的那次训练中，512 个样本由 `DistributedSampler` 分给 4 个进程，批大小 32，训练 3 个 epoch。每个进程做了多少步优化器更新？（可以用 `%ddp_history` 核对：每个 rank 记录的数据点。）请写一个整数。
+
+# %%
+answer = ...    # optimizer steps per process
+check("17.3", answer, samples=512, processes=4, batch=32, epochs=3)
+
+# %% [markdown]
+# **17.4** A script that starts its processes itself gives each one `RANK` and `WORLD_SIZE`, and calls
+# `dist.init_process_group("gloo")` with no `init_method`, as the hand-started run above did. Which
+# two environment variables must it set as well, the same in every process? Answer with their two
+# names, like `("A", "B")`.
+
+# %% [markdown] lang=zh
+# **17.4** 一个自己启动各进程的脚本，给每个进程设置了 `RANK` 和 `WORLD_SIZE`，并像上面手动启动的那次运行一样，不指定 `init_method` 就调用 `dist.init_process_group("gloo")`。它还必须设置哪两个环境变量（每个进程都相同）？请写出这两个名字，例如 `("A", "B")`。
+
+# %%
+answer = ...    # the two variables besides RANK and WORLD_SIZE
+check("17.4", answer, error=error)
 
 # %%
 %ddp_stop

@@ -1,5 +1,5 @@
 # %% [markdown]
-# # Lesson 14 · Debugging distributed code
+# # Lesson 18 · Debugging distributed code
 #
 # **In short.** With four processes, "it hangs" and "it fails" need new questions: *which* rank,
 # *where*, and waiting for *whom*? Here you watch where each rank is while a cell runs, see ddplab
@@ -7,21 +7,39 @@
 # and variables as they were, compare the ranks' models, and meet the hints ddplab gives for the
 # mistakes almost everyone makes once.
 #
-# **简介。** 有四个进程时，“程序卡住了”和“程序出错了”需要问新的问题：是*哪个* rank，卡在 *哪里*，又在等*谁*？这一课观察单元格运行时每个 rank 所在的位置，看 ddplab 如何指出永远无法完成的集合通信，在出错的 rank 上打开调试器（栈帧和变量保持出错时的样子），比较各 rank 的模型，并认识 ddplab 针对几乎每个人都会犯一次的错误给出的提示。
+# **You will learn**
+# - how to see where each rank is while a cell runs: its line, and the collective it waits in, for how long
+# - why collectives that do not match can never finish, and how ddplab names them and gives the notebook back
+# - how to open a post-mortem pdb on the rank that failed, with its frames and variables as they were
+# - how `%ddp_check` finds ranks whose models drifted apart, and the hints ddplab gives for common mistakes
+#
+# **Study time:** about 30 minutes
+#
+# **Needs:** nothing beyond ddplab and torch · 4 ranks
 #
 # **You will see:** the ranks' lines and collectives while one of them lags, a mismatch report,
 # a post-mortem pdb session on rank 2, `%ddp_check` naming ranks whose model drifted, and hints.
 
 # %% [markdown] lang=zh
-# # 第 14 课 · 调试分布式代码
+# # 第 18 课 · 调试分布式代码
 #
 # **简而言之**：有四个进程时，“程序卡住了”和“程序出错了”就需要问新的问题：是*哪个*进程（rank），卡在*哪里*，又在等*谁*？本课观察单元格运行时每个 rank 执行到了哪里，看 ddplab 如何指出永远无法完成的集合通信，在出错的 rank 上打开调试器（栈帧和变量都保持出错时的样子），比较各 rank 上的模型，并认识 ddplab 针对几乎每个人都会犯一次的错误所给出的提示。
 #
-# **你将看到：** 一个 rank 落后时各 rank 所在的代码行和集合通信，一份不匹配报告，在 rank 2 上的一次事后（post-mortem）pdb 调试，`%ddp_check` 指出模型已经偏离的 rank，以及各种提示。
+# **你将学到**
+# - 单元格运行时如何看到每个 rank 在哪里：它所在的代码行，以及它在哪个集合通信中等待、等了多久
+# - 为什么不匹配的集合通信永远无法完成，以及 ddplab 如何指出它们并把 notebook 交还给你
+# - 如何在出错的 rank 上打开事后调试的 pdb，栈帧和变量都保持出错时的样子
+# - `%ddp_check` 如何找出模型已经偏离的 rank，以及 ddplab 针对常见错误给出的提示
+#
+# **学习时间**：约 30 分钟
+#
+# **需要**：除 ddplab 和 torch 外无需其他 · 4 个 rank
+#
+# **你将看到**：一个 rank 落后时各 rank 所在的代码行和集合通信，一份不匹配报告，在 rank 2 上的一次事后（post-mortem）pdb 调试，`%ddp_check` 指出模型已经偏离的 rank，以及各种提示。
 
 # %%
 %load_ext ddplab
-from ddplab.lessons import draw, lab, say
+from ddplab.lessons import check, draw, lab, say
 
 # %%
 %ddp_start 4
@@ -29,8 +47,8 @@ from ddplab.lessons import draw, lab, say
 # %% [markdown]
 # ## Where is each rank?
 #
-# When a cell runs longer than a second, each rank's telemetry thread reads the rank's own Python
-# stack four times a second and sends where it is: its line in the cell and, inside
+# When a cell runs longer than half a second, each rank's telemetry thread reads the rank's own
+# Python stack four times a second and sends where it is: its line in the cell and, inside
 # `torch.distributed`, which collective, on which group, for how long. The dashboard shows it above
 # its table while the cell runs. Here rank 0 works for 4 seconds before the all-reduce the others
 # already wait in:
@@ -38,7 +56,7 @@ from ddplab.lessons import draw, lab, say
 # %% [markdown] lang=zh
 # ## 每个 rank 在哪里？
 #
-# 当一个单元格运行超过一秒时，每个 rank 的遥测线程每秒四次读取该 rank 自己的 Python 调用栈，并发送它所在的位置：它在单元格中的哪一行；如果在 `torch.distributed` 内部，还有是哪个集合通信、在哪个进程组上、已经等了多久。单元格运行期间，仪表盘会在表格上方显示这些信息。下面 rank 0 先工作 4 秒，然后才进入其他 rank 早已在其中等待的 all-reduce：
+# 当一个单元格运行超过半秒时，每个 rank 的遥测线程每秒四次读取该 rank 自己的 Python 调用栈，并发送它所在的位置：它在单元格中的哪一行；如果在 `torch.distributed` 内部，还有是哪个集合通信、在哪个进程组上、已经等了多久。单元格运行期间，仪表盘会在表格上方显示这些信息。下面 rank 0 先工作 4 秒，然后才进入其他 rank 早已在其中等待的 all-reduce：
 
 # %%
 %%ddp
@@ -64,17 +82,18 @@ assert "all_reduce" in lab().last_result.waited
 # a buffer sized from a rank's own data). gloo would wait for the group's timeout; ddplab sees the
 # ranks waiting in `all_reduce` calls that cannot match (and what ranks that gloo let through
 # called before they finished the cell), names them with their lines, and cuts the collectives
-# short within a few seconds:
+# short within a few seconds. The cell runs with `%%ddp --expect CollectiveMismatch`: it is meant to
+# fail, so ddplab shows its report as expected instead of raising.
 
 # %% [markdown] lang=zh
 # 这里并没有出错：rank 0 到达之后，四个 rank 一起离开。ddplab 不会打断一个正在计算的 rank；只有当等待永远不会结束时，它才会出手。
 #
 # ## 永远无法完成的集合通信
 #
-# 同一进程组中的每个 rank 都必须以相同的顺序调用相同的集合通信，张量的形状和数据类型也必须相同。下面 rank 3 对 3 个数做 all-reduce，而其他 rank 对 4 个数做 all-reduce（设想一个缓冲区的大小取决于某个 rank 自己的数据）。gloo 会一直等到进程组超时；ddplab 则看到这些 rank 在无法匹配的 `all_reduce` 调用中等待（对于被 gloo 放行、已经结束单元格的 rank，也会指出它们之前调用了什么），连同行号一起指出来，并在几秒之内中止这些集合通信：
+# 同一进程组中的每个 rank 都必须以相同的顺序调用相同的集合通信，张量的形状和数据类型也必须相同。下面 rank 3 对 3 个数做 all-reduce，而其他 rank 对 4 个数做 all-reduce（设想一个缓冲区的大小取决于某个 rank 自己的数据）。gloo 会一直等到进程组超时；ddplab 则看到这些 rank 在无法匹配的 `all_reduce` 调用中等待（对于被 gloo 放行、已经结束单元格的 rank，也会指出它们之前调用了什么），连同行号一起指出来，并在几秒之内中止这些集合通信。这个单元格用 `%%ddp --expect CollectiveMismatch` 运行：它本来就是要失败的，所以 ddplab 把它的报告作为预期的结果显示出来，而不是抛出异常。
 
-# %% tags=["raises-exception"]
-%%ddp
+# %%
+%%ddp --expect CollectiveMismatch
 t = torch.ones(3 if rank == 3 else 4)
 dist.all_reduce(t)
 
@@ -95,17 +114,18 @@ assert mismatch_seconds < lab().config.timeout
 # at the variables as they were, `%ddp_debug` opens pdb on that rank's last exception, driven from
 # here (with no rank number it takes the rank that caused the last failure). Interactively it
 # reads commands from a prompt (`where`, `up`, `down`, `p x`, `list`, `interact`, `q`); here `-c`
-# gives them in advance:
+# gives them in advance. The failing cell runs with `%%ddp --expect IndexError` (the exception rank 2
+# raises), so the report below, with rank 2's traceback, is expected.
 
 # %% [markdown] lang=zh
 # 进程组已在同样的引擎上重新组建，所以什么也没有丢失：每个 rank 都保留着自己的变量。
 #
 # ## 在一个 rank 上做事后调试
 #
-# 下面 rank 2 会出错：它的索引越界了。失败报告会显示调用栈（traceback）；若要查看出错时各变量的值，`%ddp_debug` 会针对该 rank 最近一次的异常打开 pdb，并在这里操控它（不指定 rank 编号时，它选择导致最近一次失败的那个 rank）。交互使用时，它从提示符读取命令（`where`、`up`、`down`、`p x`、`list`、`interact`、`q`）；这里用 `-c` 预先给出这些命令：
+# 下面 rank 2 会出错：它的索引越界了。失败报告会显示调用栈（traceback）；若要查看出错时各变量的值，`%ddp_debug` 会针对该 rank 最近一次的异常打开 pdb，并在这里操控它（不指定 rank 编号时，它选择导致最近一次失败的那个 rank）。交互使用时，它从提示符读取命令（`where`、`up`、`down`、`p x`、`list`、`interact`、`q`）；这里用 `-c` 预先给出这些命令。出错的单元格用 `%%ddp --expect IndexError`（rank 2 抛出的异常）运行，所以下面带有 rank 2 调用栈的报告是预期之中的。
 
-# %% tags=["raises-exception"]
-%%ddp
+# %%
+%%ddp --expect IndexError
 sizes = [8, 8, 6, 16]                    # rank 2 got a shorter batch
 def pick(batch, index):
     return batch[index]
@@ -214,25 +234,48 @@ draw.bars({say("lagging rank", "落后的 rank"): lag_seconds,
 # %% [markdown]
 # ## Exercises
 #
-# 1. Make ranks 0 and 1 call `all_reduce` on a `dist.new_group([0, 1])` while ranks 2 and 3 call it
-#    on `dist.new_group([2, 3])`. Is that a mismatch? Why not?
-# 2. Run `%ddp_debug` with no `-c` and explore interactively: `where`, `up`, `interact`, then
-#    `print(batch)` in the console, `exit()`, `q`.
-# 3. Make rank 1 skip `opt.step()` for `synced` (the DDP model) and run `%ddp_check synced`. Does
-#    DDP keep the ranks equal when one of them does not step?
+# Write your answer in place of `...` and run the cell: `check` says whether it is right, and why.
 #
-# ## 练习
-#
-# 1. 让 rank 0 和 1 在 `dist.new_group([0, 1])` 上调用 `all_reduce`，而 rank 2 和 3 在 `dist.new_group([2, 3])` 上调用。这算不匹配吗？为什么？
-# 2. 不加 `-c` 运行 `%ddp_debug`，交互式地探索：`where`、`up`、`interact`，然后在控制台中 `print(batch)`、`exit()`、`q`。
-# 3. 让 rank 1 对 `synced`（DDP 模型）跳过 `opt.step()`，再运行 `%ddp_check synced`。当某个 rank 不更新时，DDP 还能让各 rank 保持一致吗？
+# **18.1** Ranks 0 and 1 all-reduce `torch.ones(1) * (rank + 1)` on `dist.new_group([0, 1])`
+# while ranks 2 and 3 all-reduce theirs on `dist.new_group([2, 3])` (every rank creates both groups,
+# in the same order). Is that a mismatch that ddplab would cut short, and if not, what value does rank
+# 2 hold afterwards? Answer with that number, or with 0 if you think it is a mismatch. (Try it in a
+# `%%ddp` cell of your own.)
 
 # %% [markdown] lang=zh
 # ## 练习
 #
-# 1. 让 rank 0 和 1 在 `dist.new_group([0, 1])` 上调用 `all_reduce`，而 rank 2 和 3 在 `dist.new_group([2, 3])` 上调用。这算不匹配吗？为什么？
-# 2. 不加 `-c` 运行 `%ddp_debug`，交互式地探索：`where`、`up`、`interact`，然后在控制台中 `print(batch)`、`exit()`、`q`。
-# 3. 让 rank 1 对 `synced`（DDP 模型）跳过 `opt.step()`，再运行 `%ddp_check synced`。当某个 rank 不更新时，DDP 还能让各 rank 保持一致吗？
+# 把 `...` 换成你的答案并运行单元格：`check` 会告诉你答案对不对，以及为什么。
+#
+# **18.1** rank 0 和 1 在 `dist.new_group([0, 1])` 上对 `torch.ones(1) * (rank + 1)` 做 all-reduce，同时 rank 2 和 3 在 `dist.new_group([2, 3])` 上对各自的张量做 all-reduce（每个 rank 都按同样的顺序创建这两个组）。这算不算会被 ddplab 中止的不匹配？如果不算，rank 2 之后持有的值是多少？请写出这个数；如果你认为这是不匹配，就写 0。（可以在你自己的 `%%ddp` 单元格里试一试。）
+
+# %%
+answer = ...    # the value rank 2 holds after the all-reduce on its pair (0: a mismatch)
+check("18.1", answer)
+
+# %% [markdown]
+# **18.2** In the post-mortem above, rank 2 failed on `batch[index]` (pdb printed `index` and
+# `len(batch)`). How many elements would rank 2's batch need at least for the cell to run on every
+# rank, with the same index? Answer with a whole number.
+
+# %% [markdown] lang=zh
+# **18.2** 在上面的事后调试中，rank 2 在 `batch[index]` 处出错（pdb 打印了 `index` 和 `len(batch)`）。索引不变的话，rank 2 的批次至少要有多少个元素，这个单元格才能在每个 rank 上都顺利运行？请写一个整数。
+
+# %%
+answer = ...    # the smallest batch size of rank 2 for which batch[index] works
+check("18.2", answer, index=3 * 2 + 2, size=6)
+
+# %% [markdown]
+# **18.3** Make rank 1 skip `opt.step()` for `synced` (the DDP model) in the cell of `%ddp_check`,
+# run it again and then `%ddp_check synced`. Which ranks does it name? Answer with a list of ranks,
+# like `[0, 3]`, or `[]` if it names none.
+
+# %% [markdown] lang=zh
+# **18.3** 在 `%ddp_check` 前面那个单元格里，让 rank 1 对 `synced`（DDP 模型）跳过 `opt.step()`，重新运行它，再运行 `%ddp_check synced`。它会指出哪些 rank？请写一个 rank 的列表，例如 `[0, 3]`；如果一个也不指出，就写 `[]`。
+
+# %%
+answer = ...    # the ranks %ddp_check names for synced when rank 1 skips its step
+check("18.3", answer)
 
 # %%
 %ddp_stop

@@ -35,3 +35,20 @@ def test_unknown_benchmarks_are_refused():
     proc = subprocess.run([sys.executable, "-m", "bench", "--only", "nope"], cwd=ROOT, capture_output=True,
                           text=True, timeout=60)
     assert proc.returncode == 2 and "unknown benchmark(s) nope" in proc.stderr
+
+
+def test_only_some_benchmarks_keep_the_other_rows_of_the_last_full_run_with_their_date(tmp_path):
+    from bench.__main__ import kept, order
+
+    def row(name, suite):
+        return {"name": name, "suite": suite, "median": 1.0}
+
+    earlier = {"machine": {"date": "2026-01-02"}, "quick": False,
+               "results": [row("log", "log_cost"), row("train_vs_torchrun", "training"), row("hosts_group", "hosts")]}
+    (tmp_path / "results.json").write_text(json.dumps(earlier))
+    fresh = [{**row("timeline_on_off", "training"), "date": "2026-03-04"}]
+    merged = sorted(kept(tmp_path / "results.json", fresh, quick=False) + fresh, key=order)
+    assert [(r["name"], r["date"]) for r in merged] == [
+        ("log", "2026-01-02"), ("timeline_on_off", "2026-03-04"), ("hosts_group", "2026-01-02")]  # training's old row gone
+    assert kept(tmp_path / "results.json", fresh, quick=True) == []  # a quick run never mixes with a full one
+    assert kept(tmp_path / "missing.json", fresh, quick=False) == []

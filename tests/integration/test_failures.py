@@ -189,3 +189,24 @@ def test_the_pool_opens_no_port_of_ipyparallels_and_keeps_its_keys_private(pool)
     for name in keys:
         assert os.stat(os.path.join(security, name)).st_mode & 0o777 == 0o600
     assert os.stat(pool.pool.workdir).st_mode & 0o777 == 0o700
+
+
+def test_a_cell_meant_to_fail_shows_its_failure_as_expected(ip, whole, capsys):
+    from ddplab.errors import ExpectedFailureMissing
+
+    # the lesson's point: ranks calling different collectives, named, shown as expected, not raised
+    res = ddp(ip, "t = torch.ones(1)\nif rank == 0:\n    dist.broadcast(t, src=0)\nelse:\n    dist.all_reduce(t)",
+              "--expect CollectiveMismatch")
+    assert res.success, res.error_in_exec
+    out = plain(capsys.readouterr().out)
+    assert "ddplab: this cell failed as it was meant to (CollectiveMismatch):" in out
+    assert "broadcast" in out and "all_reduce" in out and "group re-formed" in out
+    # a rank's own exception by name; the pool goes on
+    assert ddp(ip, "if rank == 3:\n    [][1]", "--expect IndexError").success
+    assert "IndexError" in plain(capsys.readouterr().out)
+    # another failure is a real one, and a cell that does not fail says so
+    assert isinstance(ddp(ip, "if rank == 3:\n    [][1]", "--expect KeyError").error_in_exec, RankFailed)
+    missing = ddp(ip, "x = 1", "--expect RankFailed").error_in_exec
+    assert isinstance(missing, ExpectedFailureMissing) and "did not" in str(missing)
+    assert isinstance(ddp(ip, "pass", "--expect 'not a name'").error_in_exec, UsageError)
+    assert ddp(ip, "t = torch.ones(1)\ndist.all_reduce(t)").success and list(whole.states) == ["done"] * 4

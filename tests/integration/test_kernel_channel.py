@@ -31,17 +31,17 @@ def test_a_kernel_over_plain_tcp_is_named_with_what_to_set(other_account):
     from ddplab.privacy import KERNEL_FIX
 
     _, start, status, stop = outputs(KernelManager(kernel_name="python3"))  # Jupyter's default: TCP
-    assert "1 ranks ready" in start and "other account" in start and "without encryption" in start, start
+    assert "1 rank ready" in start and "other account" in start and "without encryption" in start, start
     assert KERNEL_FIX in start, start
     kernel = next(line for line in status.splitlines() if line.strip().startswith("kernel"))
     assert "TCP on 127.0.0.1 without encryption" in kernel and "transport = 'ipc'" in kernel, status
     assert "socket files in the pool's private folder (no TCP port)" in status, status
-    assert "stopped 1 ranks" in stop
+    assert "stopped 1 rank in" in stop
 
 
 def test_a_kernel_over_ipc_is_private_and_not_warned_about(other_account):
     _, start, status, _ = outputs(ipc_kernel())
-    assert "1 ranks ready" in start and "without encryption" not in start, start
+    assert "1 rank ready" in start and "without encryption" not in start, start
     assert "this kernel's channel: ipc socket files (only you can open them)" in start, start  # said, not warned
     kernel = next(line for line in status.splitlines() if line.strip().startswith("kernel"))
     assert "ipc socket files (only you can open them)" in kernel, status

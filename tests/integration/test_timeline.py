@@ -93,6 +93,18 @@ def test_memory_per_rank_is_the_tensors_sizes(pool):
         assert memory.loc[r, "rss"] > 50 * 2**20
     assert expected[0]["optimizer"] > 2 * expected[0]["params"]  # Adam: two moments (and its step counters)
 
+    # ZeRO-1 (its state lives in this rank's own optimizer, .optim) and gradients that are bucket views
+    pool.run("del model, opt\nfrom torch.distributed.optim import ZeroRedundancyOptimizer\n"
+             "model = DDP(Net(), gradient_as_bucket_view=True)\n"
+             "opt = ZeroRedundancyOptimizer(model.parameters(), optimizer_class=torch.optim.Adam)\n"
+             "train(model, opt, 3)\n"
+             "share = sum(t.numel() * t.element_size() for s in opt.optim.state.values() for t in s.values())")
+    memory, shares = pool.records.timeline().memory.set_index("rank"), pool.gather("share")
+    assert sum(shares) == expected[0]["optimizer"]  # the shares add up to one Adam
+    for r in range(4):
+        assert memory.loc[r, "optimizer"] == shares[r] and memory.loc[r, "buckets"] == 0, r
+        assert memory.loc[r, "grads"] == expected[r]["grads"]
+
 
 def test_the_trace_file_has_one_lane_per_rank(pool, tmp_path, ip, capsys):
     pool.run(MODEL + "model = DDP(Net())\nopt = torch.optim.SGD(model.parameters(), lr=0.01)\ntrain(model, opt, 3)\n"

@@ -26,7 +26,10 @@ class SharedKernel:
         if self.km is None or not self.km.is_alive():
             self.km = ipc_kernel()  # no TCP ports to race for
             session = str(self.folder / "lesson.ipynb")  # jupyter_server sets it to the notebook's path
-            self.km.start_kernel(cwd=str(self.folder), env={**os.environ, "JPY_SESSION_NAME": session})
+            # DDPLAB_CHECK_EXERCISES: each unanswered check(...) makes sure its judge accepts the solution
+            # and rejects a typical mistake on this very run (ddplab/lessons/exercises)
+            self.km.start_kernel(cwd=str(self.folder), env={**os.environ, "JPY_SESSION_NAME": session,
+                                                            "DDPLAB_CHECK_EXERCISES": "1"})
 
     @property
     def pid(self):

@@ -21,8 +21,8 @@ CJK = re.compile(r"[\u4e00-\u9fff]")
 ALSO_IN_ZH = ("00_quickstart", "index")  # not lessons, but also in Chinese
 
 
-def test_there_are_fourteen_lessons_in_order_each_with_a_whole_chinese_edition():
-    assert [int(n[:2]) for n in LESSONS] == list(range(1, 15))
+def test_there_are_eighteen_lessons_in_order_each_with_a_whole_chinese_edition():
+    assert [int(n[:2]) for n in LESSONS] == list(range(1, 19))
     for name in [*LESSONS, *ALSO_IN_ZH]:
         en, zh = (nbformat.read(NOTEBOOKS / folder / f"{name}.ipynb", as_version=4) for folder in ("", "zh"))
         assert [c.source for c in en.cells if c.cell_type == "code"] == \
@@ -35,7 +35,7 @@ def test_there_are_fourteen_lessons_in_order_each_with_a_whole_chinese_edition()
 
 def litter():
     """What killed DataLoader workers (their socket folders) and torchrun (its log folders) leave in
-    /tmp when nobody points their TMPDIR elsewhere, as ddplab's pools and lesson 13 do."""
+    /tmp when nobody points their TMPDIR elsewhere, as ddplab's pools and lesson 17 do."""
     return {f for f in os.listdir(tempfile.gettempdir()) if f.startswith(("pymp-", "torchelastic_"))}
 
 
@@ -43,23 +43,29 @@ def check_lesson(kernel, name, lang):
     before = litter()
     nb, took = kernel.run(name, BUDGET)
     code = [c for c in nb.cells if c.cell_type == "code"]
-    meant_to_fail = [c for c in code if "raises-exception" in c.metadata.get("tags", [])]
-    errors = [(c.source[:60], o.get("ename"), o.get("evalue")) for c in code if c not in meant_to_fail
-              for o in c.outputs if o.output_type == "error"]
-    assert errors == []
-    for c in meant_to_fail:  # a cell tagged to fail must really fail (the lesson shows an error)
-        assert any(o.output_type == "error" for o in c.outputs), c.source[:60]
+    errors = [(c.source[:60], o.get("ename"), o.get("evalue")) for c in code for o in c.outputs
+              if o.output_type == "error"]
+    assert errors == []  # (an unanswered exercise's check also made sure its judge tells right from wrong)
+    failed_as_meant = "failed as it was meant to" if lang == "en" else "如预期那样失败了"
+    for c in code:  # a cell meant to fail shows its failure as expected, not as an error
+        if c.source.startswith("%%ddp") and "--expect" in c.source.splitlines()[0]:
+            assert failed_as_meant in "".join(o.get("text", "") for o in c.outputs), c.source[:60]
+    checks = [c for c in code if re.search(r'(?<![.\w])check\("\d+\.\d+"', c.source)]  # the exercises' cells
+    said = "Exercise " if lang == "en" else "练习 "
+    assert len(checks) >= 3 and all(said in "".join(o.get("text", "") for o in c.outputs) for c in checks)
     assert took <= BUDGET, f"{name} took {took:.0f} s"
 
     markdown = [c.source for c in nb.cells if c.cell_type == "markdown"]
-    if lang == "en":  # opens with a summary in English and in Chinese, ends with exercises in both
-        assert "In short" in markdown[0] and CJK.search(markdown[0])
-        assert any("## Exercises" in m for m in markdown) and any("## 练习" in m for m in markdown)
+    if lang == "en":  # opens with a summary and what you will learn, ends with exercises
+        assert "In short" in markdown[0] and "You will learn" in markdown[0]
+        assert any("## Exercises" in m for m in markdown)
     else:  # wholly Chinese, and the pool spoke Chinese: the dashboard's labels
-        assert "简而言之" in markdown[0] and any("## 练习" in m for m in markdown)
+        assert "简而言之" in markdown[0] and "你将学到" in markdown[0] and any("## 练习" in m for m in markdown)
         assert "## Exercises" not in "\n".join(markdown)
         widgets = json.dumps(nb.metadata.get("widgets", {}), ensure_ascii=False)
-        assert "损失" in widgets and "样本/秒" in widgets
+        starts = re.findall(r"%ddp_start[^\n]*", "\n".join(c.source for c in code))
+        if any("--no-dashboard" not in line for line in starts):  # (lesson 14 times its pools without one)
+            assert "损失" in widgets and "样本/秒" in widgets
         english = [line for c in code for o in c.outputs for line in o.get("text", "").splitlines()
                    if line.startswith("ddplab: ") and not CJK.search(line)]  # what ddplab itself said
         assert english == [], f"{name}: ddplab spoke English in the Chinese edition: {english[:3]}"

@@ -83,6 +83,19 @@ TOKEN_STATES = """() => {
   if (!dash) return null;
   return Array.from(dash.querySelectorAll('g.rank-token')).map(g => g.dataset.state);
 }"""
+# every change of the tokens' states, recorded in the page as it happens (polling from here can miss a
+# state that lasts less than a round trip when the machine is busy)
+WATCH_STATES = """() => {
+  window.__ddplabStates = [];
+  let last = null;
+  new MutationObserver(() => {
+    const states = (""" + TOKEN_STATES + """)();
+    if (states && states.length && JSON.stringify(states) !== last) {
+      last = JSON.stringify(states);
+      window.__ddplabStates.push(states);
+    }
+  }).observe(document.body, {subtree: true, childList: true, attributes: true, attributeFilter: ['data-state']});
+}"""
 # the loss plot's lines (an SVG over the axes picture) carry the number of the frame they show
 LOSS_FRAME = "() => { const s = document.querySelector('.ddplab-loss-plot svg'); return s ? s.dataset.frame : null; }"
 
@@ -110,6 +123,7 @@ def test_dashboard_renders_and_updates_live_in_jupyterlab(jupyterlab, browser):
     url, token, root = jupyterlab
     ARTIFACTS.mkdir(exist_ok=True)
     page = run_all(browser, url, token, "00_quickstart.ipynb", height=1000)
+    page.evaluate(WATCH_STATES)
 
     frames, states_seen, training_frames, live_shot, lanes = set(), [], set(), False, set()
     deadline = time.monotonic() + 180
@@ -140,7 +154,8 @@ def test_dashboard_renders_and_updates_live_in_jupyterlab(jupyterlab, browser):
 
     errors = page.locator(".jp-OutputArea-output[data-mime-type='application/vnd.jupyter.stderr']:has-text('Error')")
     assert errors.count() == 0, errors.first.inner_text()
-    # each rank went init -> training -> done, and ended done before %ddp_stop
+    # each rank went init -> training -> done, and ended done before %ddp_stop (as the page saw it change)
+    states_seen = [tuple(s) for s in page.evaluate("() => window.__ddplabStates")]
     assert ("init",) * 4 in states_seen  # start-up shown live (ready passes too fast to see with Run All)
     assert any("training" in s for s in states_seen)
     assert states_seen[-2] == ("done",) * 4 and states_seen[-1] == ("stopped",) * 4

@@ -287,3 +287,11 @@ def test_settling_after_sigint_is_bounded_even_when_engines_never_answer():
     monitor.settle()
     assert time.monotonic() - tic < 2 and set(monitor.lost) == {0, 1, 2}
     assert all("did not answer" in why for why in monitor.lost.values()) or calls["kill"]
+
+
+def test_what_was_done_after_a_failed_cell_is_said_in_the_pool_language():
+    from ddplab.cell import Recovery
+
+    assert recovery_notes(Recovery(reform=True), 4, 1.5, 0.04, lang="zh") == ["进程组已重新组建，用时 40 毫秒；变量都保留着"]
+    lost = recovery_notes(Recovery(lost=[2]), 4, 1.5, lang="zh")[0]
+    assert lost.startswith("rank 2 已丢失") and "rank 0、1、3 保留各自的变量" in lost

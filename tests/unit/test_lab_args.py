@@ -135,3 +135,15 @@ def test_cores_follow_a_container_quota(tmp_path, monkeypatch):
     assert DDPLab().cores == 3  # the environment variable is the default of DDPLab.cores
     monkeypatch.setattr(tunables(), "cores", 3)
     assert cores() == 3
+
+
+def test_rank_failed_reports_in_the_pool_language():
+    from functools import partial
+
+    from ddplab.words import say
+
+    lost = RankError("RankLost", "its engine was killed (SIGKILL) by %ddp_fault kill", [], 2, 9, "h", step=35)
+    echo = [RankError("RuntimeError", "[pair.cc:553] Connection closed by peer", [], i, i, "h") for i in (0, 1)]
+    lines = RankFailed({2: lost, 0: echo[0], 1: echo[1]}, say=partial(say, "zh")).report()
+    assert lines == ["rank 2 在第 35 步丢失（engine 2, pid 9, h）：它的引擎被 %ddp_fault kill 终止了（SIGKILL）",
+                     "rank 0、1 已停止：它们的集合通信被 rank 2 中断了"]

@@ -20,9 +20,10 @@ def test_rank_lists_read_as_each_language_writes_them():
 
 
 def test_a_pool_speaks_its_language():
-    text = "stopped {n} ranks in {seconds:.1f} s"
-    assert say("en", text, n=4, seconds=0.25) == "stopped 4 ranks in 0.2 s"
-    assert say("zh", text, n=4, seconds=0.25) == "已停止 4 个 rank，用时 0.2 秒"
+    text = "stopped {n} rank{s} in {seconds:.1f} s"
+    assert say("en", text, n=4, s="s", seconds=0.25) == "stopped 4 ranks in 0.2 s"
+    assert say("en", text, n=1, s="", seconds=0.25) == "stopped 1 rank in 0.2 s"
+    assert say("zh", text, n=4, s="s", seconds=0.25) == "已停止 4 个 rank，用时 0.2 秒"
     assert PoolConfig.make(2, lang="zh").say("every rank was sent SIGINT") == "已向每个 rank 发送 SIGINT"
     assert say("en", "dashboard|running") == "running" and say("zh", "dashboard|running") == "运行中"
     assert say("zh", "not in the catalogue") == "not in the catalogue"  # (the test below keeps this from happening)
@@ -40,7 +41,7 @@ def _literals(node):
 def said_texts():
     """Every literal text ddplab says: the first string argument of each say(...) / .say(...) /
     _tell(...) call, and the tables of texts (diagnosis, hints, the script header, the dashboard)."""
-    from ddplab import diagnose, export, swimlane
+    from ddplab import diagnose, errors, export, swimlane
     from ddplab.dashboard import html
 
     found = set()
@@ -55,7 +56,7 @@ def said_texts():
                     found.update(next((t for t in texts if t), ()))
     found |= set(diagnose.TEXTS.values()) | set(diagnose.HINTS.values()) | set(export.WORDS.values())
     found |= {"dashboard|" + text for text in html.LABELS.values()}
-    found |= set(swimlane.TEXTS)
+    found |= set(swimlane.TEXTS) | set(errors.LOST_WHY)
     return found
 
 
@@ -65,7 +66,7 @@ def test_every_text_has_its_chinese_with_the_same_placeholders():
     missing = sorted(t for t in texts if t not in ZH)
     assert missing == [], missing
     fields = string.Formatter()
-    english_only = {"s", "cells", "engines", "thread_s"}  # plural endings: Chinese has none
+    english_only = {"s", "cells", "engines", "thread_s", "was", "start"}  # plural endings and verbs: Chinese has none
     for en, zh in ZH.items():
         en_names, zh_names = ({f[1] for f in fields.parse(text) if f[1]} for text in (en, zh))
         assert zh_names <= en_names and en_names - zh_names <= english_only, (en, zh)
