@@ -97,7 +97,8 @@ class Sender:
     def __init__(self, rank):
         self.rank = rank
         self.sent = self.events_sent = self.spans_sent = 0  # points, events and spans already sent
-        self.memory_at = 0.0  # when the rank's memory was last sent (every MEMORY_EVERY seconds in a cell)
+        self.memory_at = 0.0  # when the rank's memory was last measured (every MEMORY_EVERY seconds in a cell)
+        self.held = None  # memory measured on the cell's thread, not sent yet
         self.flush_every = 0.25  # seconds between batches (DDPLab.flush, given when the group forms)
         self.generation = 0  # which forming of the group the rank is in (the notebook counts them)
         self.main_thread = threading.main_thread().ident  # the thread that runs cells
@@ -122,8 +123,9 @@ class Sender:
             if self._sock is None or (n == self.sent and m == self.events_sent and k == self.spans_sent and not final
                                       and not force and where is None):
                 return
-            if final or (beat and rank.in_cell and time.monotonic() - self.memory_at >= MEMORY_EVERY):
-                held, self.memory_at = memory(_user_ns()), time.monotonic()
+            if final:  # (on the cell's thread: IPython's post_execute)
+                self.held, self.memory_at = memory(_user_ns()), time.monotonic()
+            held, self.held = self.held, None
             start, events = self.sent, [e[1:] for e in rank.events[self.events_sent:m] if e[0] == rank.cell]
             spans = rank.recorder.spans.since(self.spans_sent, k) if k > self.spans_sent else None
             self.sent, self.events_sent, self.spans_sent = n, m, k
@@ -146,6 +148,17 @@ class Sender:
                 start = stop
                 if last:
                     break
+
+    def measure(self):
+        """Take the memory figures every MEMORY_EVERY seconds of a cell. Only the cell's own thread
+        may call this, between steps (after an optimizer step, at ddplab.log): torch's objects are
+        not thread-safe, and read from the telemetry thread while backward assigned gradients (or
+        DDP's reducer wrote its logging data) they crashed an engine (SIGSEGV)."""
+        now = time.monotonic()
+        if now - self.memory_at >= MEMORY_EVERY and self.rank.in_cell and threading.get_ident() == self.main_thread:
+            held = memory(_user_ns())
+            with self.rank.lock:
+                self.held, self.memory_at = held, now
 
     def _tick(self):
         """The telemetry thread: a batch every flush interval, and the notebook's commands."""
@@ -265,6 +278,7 @@ class Rank:
         c.samples.append(NAN if samples is None else samples)  # last: now the point counts
         if self.fault is not None:
             self._drill(self.step)
+        self.sender.measure()
 
     @contextlib.contextmanager
     def phase(self, name):

@@ -163,6 +163,7 @@ class Recorder:
             recorder.opt_steps += 1
             if start is not None and recorder.enabled:
                 recorder.add(OPTIMIZER, start, clock(), step=step)
+            recorder.rank.sender.measure()  # memory, between steps, on the cell's thread only
 
         optimizers.register_optimizer_step_pre_hook(pre_step)
         optimizers.register_optimizer_step_post_hook(post_step)

@@ -173,3 +173,45 @@ def test_the_step_arithmetic_in_numpy_matches_its_definition_span_by_span():
             for part, value in slow[r][step].items():
                 assert abs(fast[r][step][part] - value) < 2e-6, (r, step, part, fast[r][step][part], value)
     assert any(p["hidden"] > 0 for p in slow[0].values()) and any(p["data"] > 0 for p in slow[0].values())
+
+
+def test_memory_is_measured_on_the_cells_thread_only(monkeypatch):
+    """Reading a gradient or DDP's logging data from the telemetry thread while backward writes them
+    crashed an engine: the telemetry thread only sends what the cell's thread measured between steps."""
+    import threading
+
+    import zmq
+
+    from ddplab import rank as rank_module
+
+    measured = []  # the threads memory() ran on
+    monkeypatch.setattr(rank_module, "memory", lambda ns: measured.append(threading.get_ident()) or {"rss": 7})
+    context = zmq.Context.instance()
+    inbox = context.socket(zmq.PULL)
+    inbox.bind("inproc://memory-test")
+    r = rank_module.Rank()
+    r.sender._sock, r.sender._key = context.socket(zmq.PUSH), b"k" * 32
+    r.sender._sock.connect("inproc://memory-test")
+    try:
+        r.begin_cell()
+
+        def elsewhere(call):
+            t = threading.Thread(target=call)
+            t.start()
+            t.join(10)
+            assert not t.is_alive()
+
+        elsewhere(lambda: r.log(loss=1.0))  # a step logged from another thread: not measured there
+        elsewhere(lambda: r.sender.flush(beat=True))  # the telemetry thread's tick
+        assert measured == []
+        r.log(loss=1.0)  # the cell's thread, between steps: measured once per MEMORY_EVERY
+        r.log(loss=0.5)
+        assert measured == [threading.get_ident()]
+        elsewhere(lambda: r.sender.flush(beat=True))  # ... and sent by the telemetry thread
+        batches = []
+        while inbox.poll(500):
+            batches.append(wire.decode(b"k" * 32, inbox.recv_multipart())[0])
+        assert [b.memory for b in batches if b.memory] == [{"rss": 7}]
+    finally:
+        r.sender.close()
+        inbox.close(linger=0)
