@@ -3,7 +3,8 @@
 With no pause after %ddp_start: in each of five fresh kernels, the first training run (just
 started) and the second, with the live dashboard, against torchrun runs of the same loop, one
 thread per rank (>= 0.98x), run between the kernels (T K T K ... T): the first run is compared
-with the torchrun run just before its kernel, the second with the one just after. Against every
+with the torchrun run just before its kernel, the second (and a third, after %ddp_timeline --off)
+with the one just after. Against every
 rank using all cores, torch's default outside torchrun (>= 2.5x). In one more kernel, after its
 first run, 16 pairs of adjacent 300-step runs for each comparison: the dashboard on against off
 (>= 0.98x), ddplab.log() on every step against no log (>= 0.99x: logging costs under 1%), the
@@ -101,11 +102,12 @@ def run(quick=False):
     # fresh kernels' first and second runs between torchrun runs (T K T K ... T): the first run
     # is compared with the torchrun run just before its kernel, the second with the one just after
     one_thread = [torchrun(n, steps, 1)]
-    firsts, laters = [], []
+    firsts, laters, untimed = [], [], []
     for _ in range(repeats):
-        (first, _), (later, _) = in_notebook(n, steps, ["on", "on"])
+        (first, _), (later, _), (off, _) = in_notebook(n, steps, ["on", "on", "notl"])
         firsts.append(first)
         laters.append(later)
+        untimed.append(off)
         one_thread.append(torchrun(n, steps, 1))
     all_cores = torchrun(n, steps, cores())  # one run: the target is far below what it measures
     base = single_process(steps, cores())
@@ -118,6 +120,9 @@ def run(quick=False):
                "torchrun run just after its kernel, 1 thread per rank", ratios(laters, one_thread[1:]),
                target=(">=", 0.98),
                ddplab=laters, torchrun=one_thread[1:]),
+        result("train_untimed_vs_torchrun", f"a third %%ddp training in those kernels after %ddp_timeline --off, "
+               f"{n} ranks, dashboard on / the torchrun run just after its kernel (what the lab costs without "
+               "the timeline's hooks)", ratios(untimed, one_thread[1:]), ddplab=untimed, torchrun=one_thread[1:]),
         result("train_vs_all_cores", f"those second %%ddp trainings, {n} ranks, dashboard on / torchrun, every rank using all "
                f"{cores()} cores", [x / all_cores for x in laters], target=(">=", 2.5), torchrun_all_cores=all_cores),
         result("dashboard_on_off", f"%%ddp training, {n} ranks: dashboard on / off (same kernel, adjacent "
@@ -126,8 +131,9 @@ def run(quick=False):
                kernel_cpu_off=cpu["off"]),
         result("log_overhead", f"%%ddp training, {n} ranks: ddplab.log() every step / no log (same kernel, "
                f"adjacent runs of {short} steps)", paired(runs, modes, "on", "nolog"), target=(">=", 0.99)),
-        result("timeline_on_off", f"%%ddp training, {n} ranks: the timeline recorded / not (same kernel, adjacent "
-               f"runs of {short} steps)", paired(runs, modes, "on", "notl"), target=(">=", 0.98)),
+        result("timeline_on_off", f"%%ddp training, {n} ranks: the timeline recorded / %ddp_timeline --off, its "
+               f"hooks out (same kernel, adjacent runs of {short} steps)", paired(runs, modes, "on", "notl"),
+               target=(">=", 0.98)),
         result("scaling", f"samples/s of N ranks / one process using all {cores()} cores "
                f"({base:.0f} samples/s); N = {', '.join(map(str, sizes))}",
                [rates[n] / base for n in sizes], unit="efficiency", samples_per_s=rates,

@@ -339,6 +339,7 @@ class Rank:
         self.sender.flush()
         self.probe.new_cell()
         self.recorder.new_cell()
+        self.recorder.follow()  # %ddp_timeline --off / --on: hooks out or in, on the cell's thread
         self.cell, self.cell_t0, self.step, self.in_cell = self.cell + 1, time.perf_counter(), -1, True
         self.events.append((self.cell, 0.0, "begin", None))  # the notebook knows the cell reached this rank
 
@@ -394,8 +395,8 @@ class Rank:
         init("gloo", store=store, rank=rank, world_size=world_size, timeout=wait)
         self.rank, self.world_size, self.formed = rank, world_size, True
         self.probe.patch(lambda: self.formed)
-        self.recorder.install()
         self.recorder.enabled = timeline
+        self.recorder.follow()
         if telemetry:
             self.sender.connect(telemetry, key, generation, telemetry_serverkey)
 

@@ -14,10 +14,13 @@ log. Times are time.monotonic() (one clock for every process of a machine; the n
 hosts). Spans are appended to columns (about 50 bytes each) and go to the notebook with the rank's
 telemetry batches (wire.py); nothing is sent per span. Recording costs a few microseconds per span.
 """
+import logging
 import threading
 import time
 import warnings
 from array import array
+
+log = logging.getLogger("ddplab")
 
 PHASES = ("forward", "backward", "optimizer", "data", "comm")
 FORWARD, BACKWARD, OPTIMIZER, DATA, COMM = range(len(PHASES))
@@ -69,6 +72,7 @@ class Recorder:
         self.spans = Spans()
         self.lock = threading.Lock()  # comm spans end on gloo's threads
         self.installed = False
+        self._handles, self._patched = [], []  # torch's hook handles, and (owner, name, our function) patched in
         self.opt_steps = 0  # optimizer steps in this cell
         self.collectives = 0  # explicit collectives this cell (their order matches the other ranks')
         self._depth = 0  # nesting of module calls in the main thread
@@ -96,10 +100,19 @@ class Recorder:
             s.end.append(end)
             s.seq.append(seq)  # last: now the span counts
 
-    # ------------------------------------------------------------------ torch's hooks (installed once)
+    # ------------------------------------------------------------------ torch's hooks
+    def follow(self):
+        """At a cell's start, on the cell's thread: hook torch if the timeline is on, unhook it if off.
+        Off costs nothing then: torch's fast paths come back (a module call with no global hook; DDP with
+        no comm hook divides the gradients while it copies them into its buckets, one pass less)."""
+        if self.enabled and not self.installed:
+            self.install()
+        elif not self.enabled and self.installed:
+            self.uninstall()
+
     def install(self):
         """Hook torch: global module and optimizer hooks, autograd.backward, DataLoader iterators, and
-        DistributedDataParallel's comm hook (once per process)."""
+        DistributedDataParallel's comm hook (undone by uninstall)."""
         if self.installed:
             return
         self.installed = True
@@ -133,9 +146,6 @@ class Recorder:
         # torch.compile warns at every compiled module's call that global hooks fire once more for
         # it: ours count nesting, so that is harmless, and the warning is not the user's to act on.
         warnings.filterwarnings("ignore", r"Using `torch\.compile\(module\)` when there are global hooks", UserWarning)
-        modules.register_module_forward_pre_hook(pre_forward)
-        modules.register_module_forward_hook(post_forward, always_call=True)
-
         backward = torch.autograd.backward
 
         def timed_backward(*args, **kwargs):
@@ -146,9 +156,6 @@ class Recorder:
                 return backward(*args, **kwargs)
             finally:
                 recorder.add(BACKWARD, start, clock())
-
-        timed_backward.__wrapped__ = backward
-        torch.autograd.backward = timed_backward
 
         started = {}
 
@@ -165,9 +172,6 @@ class Recorder:
                 recorder.add(OPTIMIZER, start, clock(), step=step)
             recorder.rank.sender.measure()  # memory, between steps, on the cell's thread only
 
-        optimizers.register_optimizer_step_pre_hook(pre_step)
-        optimizers.register_optimizer_step_post_hook(post_step)
-
         next_batch = dataloader._BaseDataLoaderIter.__next__
 
         def timed_next(iterator):
@@ -179,13 +183,34 @@ class Recorder:
             finally:
                 recorder.add(DATA, start, clock())
 
-        dataloader._BaseDataLoaderIter.__next__ = timed_next
-        self._hook_ddp()
+        self._handles = [modules.register_module_forward_pre_hook(pre_forward),
+                         modules.register_module_forward_hook(post_forward, always_call=True),
+                         optimizers.register_optimizer_step_pre_hook(pre_step),
+                         optimizers.register_optimizer_step_post_hook(post_step)]
+        self._patched = [(torch.autograd, "backward", timed_backward),
+                         (dataloader._BaseDataLoaderIter, "__next__", timed_next), *self._ddp_patches()]
+        for owner, name, patch in self._patched:
+            patch.__wrapped__ = getattr(owner, name)
+            setattr(owner, name, patch)
 
-    def _hook_ddp(self):
+    def uninstall(self):
+        """Take every hook of install() out again (a DDP model that has our comm hook keeps it: DDP
+        has no way to remove one; it runs the model's own averaging untimed while the timeline is off)."""
+        if not self.installed:
+            return
+        for handle in self._handles:
+            handle.remove()
+        for owner, name, patch in self._patched:
+            if getattr(owner, name) is patch:  # (not if someone patched it over ours since)
+                setattr(owner, name, patch.__wrapped__)
+        self.installed, self._handles, self._patched, self._depth = False, [], [], 0
+
+    def _ddp_patches(self):
         """Every DDP model gets one comm hook of ours, registered at its first forward (or when the
         learner registers one): it runs the learner's hook (or DDP's own averaging all-reduce) and
-        times each bucket from the moment it is ready to the moment its all-reduce completes."""
+        times each bucket from the moment it is ready to the moment its all-reduce completes.
+        A comm hook costs DDP one pass over the gradients (it no longer divides them while it copies
+        them into its buckets): a few per cent of a small model's step, which %ddp_timeline --off saves."""
         from torch.nn.parallel import DistributedDataParallel as DDP
 
         recorder, clock = self, time.monotonic
@@ -244,11 +269,13 @@ class Recorder:
                 import torch.distributed as dist
 
                 ddp._ddplab_hook = (ddp.process_group or dist.group.WORLD, averaged)
-                register(ddp, None, timed_hook(ddp))
+                try:
+                    register(ddp, None, timed_hook(ddp))
+                except RuntimeError:  # a model that had its own C++ hook (DDP takes one only): left untimed
+                    log.debug("DDP model kept its own comm hook; its buckets are not timed", exc_info=True)
             return forward(ddp, *args, **kwargs)
 
-        register_comm_hook.__wrapped__, first_forward.__wrapped__ = register, forward
-        DDP.register_comm_hook, DDP.forward = register_comm_hook, first_forward
+        return [(DDP, "register_comm_hook", register_comm_hook), (DDP, "forward", first_forward)]
 
 
 def memory(namespace):

@@ -134,18 +134,35 @@ def test_recording_survives_a_failed_rank_and_a_restarted_pool(pool):
     assert pool.records.timeline(failed.cell).cell == failed.cell  # an earlier cell's, still there
 
 
+HOOKED = ("import torch.nn.modules.module as _m, torch.optim.optimizer as _o\n"
+          "from torch.utils.data import dataloader as _d\n"
+          "hooked = dict(modules=len(_m._global_forward_pre_hooks) + len(_m._global_forward_hooks), "
+          "optimizers=len(_o._global_optimizer_post_hooks), backward=hasattr(torch.autograd.backward, '__wrapped__'), "
+          "data=hasattr(_d._BaseDataLoaderIter.__next__, '__wrapped__'), ddp=hasattr(DDP.forward, '__wrapped__'))")
+
+
 def test_recording_can_be_switched_off_and_on(pool, ip, capsys):
+    # Off takes every hook out at the next cell's start (torch's fast paths come back: DDP without a
+    # comm hook), so it costs nothing; on puts them back, and a model built while off is timed then.
     ip.run_line_magic("ddp_timeline", "--off")
     assert "not recorded" in capsys.readouterr().out
     import time
 
     time.sleep(0.6)  # the ranks hear it within a tick
-    pool.run(MODEL + "model = DDP(Net())\nopt = torch.optim.SGD(model.parameters(), lr=0.01)\ntrain(model, opt, 3)")
+    pool.run(MODEL + "model = DDP(Net())\nopt = torch.optim.SGD(model.parameters(), lr=0.01)\ntrain(model, opt, 3)\n"
+             + HOOKED + "\nown_hook = hasattr(model, '_ddplab_hook')")
     assert len(pool.records.timeline()) == 0
+    assert pool.gather("hooked") == [dict(modules=0, optimizers=0, backward=False, data=False, ddp=False)] * 4
+    assert pool.gather("own_hook") == [False] * 4
     ip.run_line_magic("ddp_timeline", "--on")
     time.sleep(0.6)
-    pool.run("model2 = DDP(Net())\nopt2 = torch.optim.SGD(model2.parameters(), lr=0.01)\ntrain(model2, opt2, 3)")
-    assert len(pool.records.timeline()) > 0
+    pool.run("model2 = DDP(Net())\nopt2 = torch.optim.SGD(model2.parameters(), lr=0.01)\ntrain(model2, opt2, 3)\n"
+             "train(model, opt, 2)\n" + HOOKED)
+    assert pool.gather("hooked") == [dict(modules=2, optimizers=1, backward=True, data=True, ddp=True)] * 4
+    frame = pool.records.timeline().to_pandas()
+    comm = frame[frame["phase"] == "comm"]
+    # both models' buckets: model2's 3 steps and the 2 of the model built while off, per rank
+    assert (comm.groupby("rank")["step"].nunique() == 5).all() and len(comm) >= 4 * 5, comm
 
 
 def test_compiled_models_keep_one_graph_and_their_forward_spans(pool):
