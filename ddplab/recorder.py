@@ -210,7 +210,8 @@ class Recorder:
         learner registers one): it runs the learner's hook (or DDP's own averaging all-reduce) and
         times each bucket from the moment it is ready to the moment its all-reduce completes.
         A comm hook costs DDP one pass over the gradients (it no longer divides them while it copies
-        them into its buckets): a few per cent of a small model's step, which %ddp_timeline --off saves."""
+        them into its buckets): made on gloo's thread, but still CPU, which %ddp_timeline --off saves."""
+        import torch
         from torch.nn.parallel import DistributedDataParallel as DDP
 
         recorder, clock = self, time.monotonic
@@ -219,18 +220,22 @@ class Recorder:
 
         def averaged(group, bucket):
             """DDP's own averaging all-reduce, with its one callback timing the bucket: the process
-            group is called directly (torch's Python layer around it costs more than the hook)."""
+            group is called directly (torch's Python layer around it costs more than the hook). The sum
+            is divided in that callback, on gloo's thread, so the rank's own thread does not pay the
+            pass (half precision, which a sum could overflow, is divided first, as DDP does)."""
             buffer = bucket.buffer()
-            start = clock()
-            buffer.div_(group.size())
+            start, size, timed = clock(), group.size(), recorder.enabled
+            divided = buffer.dtype == torch.float16
+            if divided:
+                buffer.div_(size)
             future = group.allreduce([buffer]).get_future()
-            if not recorder.enabled:
-                return future.then(lambda fut: fut.value()[0])
             step, index, nbytes = recorder.step(), bucket.index(), buffer.numel() * buffer.element_size()
 
             def done(fut):
-                recorder.add(COMM, start, clock(), all_reduce, index, nbytes, step)
-                return fut.value()[0]
+                if timed:
+                    recorder.add(COMM, start, clock(), all_reduce, index, nbytes, step)
+                total = fut.value()[0]
+                return total if divided else total.div_(size)
 
             return future.then(done)
 

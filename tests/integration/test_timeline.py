@@ -141,6 +141,10 @@ HOOKED = ("import torch.nn.modules.module as _m, torch.optim.optimizer as _o\n"
           "data=hasattr(_d._BaseDataLoaderIter.__next__, '__wrapped__'), ddp=hasattr(DDP.forward, '__wrapped__'))")
 
 
+SEEDED = ("torch.manual_seed(0)\nseeded = DDP(Net())\nseeded_opt = torch.optim.SGD(seeded.parameters(), lr=0.1)\n"
+          "train(seeded, seeded_opt, 3, log=False)\n{name} = [p.detach().clone() for p in seeded.parameters()]\n")
+
+
 def test_recording_can_be_switched_off_and_on(pool, ip, capsys):
     # Off takes every hook out at the next cell's start (torch's fast paths come back: DDP without a
     # comm hook), so it costs nothing; on puts them back, and a model built while off is timed then.
@@ -149,15 +153,17 @@ def test_recording_can_be_switched_off_and_on(pool, ip, capsys):
     import time
 
     time.sleep(0.6)  # the ranks hear it within a tick
-    pool.run(MODEL + "model = DDP(Net())\nopt = torch.optim.SGD(model.parameters(), lr=0.01)\ntrain(model, opt, 3)\n"
-             + HOOKED + "\nown_hook = hasattr(model, '_ddplab_hook')")
+    pool.run(MODEL + SEEDED.format(name="untimed") + "model = DDP(Net())\nopt = torch.optim.SGD(model.parameters(), lr=0.01)\n"
+             "train(model, opt, 3)\n" + HOOKED + "\nown_hook = hasattr(model, '_ddplab_hook')")
     assert len(pool.records.timeline()) == 0
     assert pool.gather("hooked") == [dict(modules=0, optimizers=0, backward=False, data=False, ddp=False)] * 4
     assert pool.gather("own_hook") == [False] * 4
     ip.run_line_magic("ddp_timeline", "--on")
     time.sleep(0.6)
-    pool.run("model2 = DDP(Net())\nopt2 = torch.optim.SGD(model2.parameters(), lr=0.01)\ntrain(model2, opt2, 3)\n"
-             "train(model, opt, 2)\n" + HOOKED)
+    pool.run(SEEDED.format(name="timed") + "model2 = DDP(Net())\nopt2 = torch.optim.SGD(model2.parameters(), lr=0.01)\n"
+             "train(model2, opt2, 3)\ntrain(model, opt, 2)\n" + HOOKED
+             + "\nsame = all(torch.equal(a, b) for a, b in zip(timed, untimed))")
+    assert pool.gather("same") == [True] * 4  # our averaging hook computes what DDP's own does, bit for bit
     assert pool.gather("hooked") == [dict(modules=2, optimizers=1, backward=True, data=True, ddp=True)] * 4
     frame = pool.records.timeline().to_pandas()
     comm = frame[frame["phase"] == "comm"]
