@@ -320,7 +320,7 @@ class DDPMagics(Magics):
     @argument("--cell", type=int, default=None, help="the notebook cell's number (default: the last %%ddp cell)")
     @argument("--save", metavar="PATH", default=None, help="write it in Chrome's trace format (Perfetto opens it)")
     @argument("--on", action="store_true", help="record the timeline in the cells that follow (the default)")
-    @argument("--off", action="store_true", help="do not record it in the cells that follow")
+    @argument("--off", action="store_true", help="do not record it in the cells that follow (its hooks leave torch: no cost)")
     @line_magic
     def ddp_timeline(self, line):
         """The timeline of the last %%ddp cell: every rank's forward, backward, optimizer, data and each

@@ -12,7 +12,8 @@ recorded with no change to the learner's code, and the rank's memory.
 A step is the stretch between two ddplab.log calls, or between optimizer steps when the cell does not
 log. Times are time.monotonic() (one clock for every process of a machine; the notebook aligns other
 hosts). Spans are appended to columns (about 50 bytes each) and go to the notebook with the rank's
-telemetry batches (wire.py); nothing is sent per span. Recording costs a few microseconds per span.
+telemetry batches (wire.py); nothing is sent per span. Recording costs a few microseconds per span,
+plus what the hooks cost torch (see _ddp_patches); %ddp_timeline --off takes them all out (follow()).
 """
 import logging
 import threading
