@@ -89,8 +89,15 @@ def test_stop_ends_every_process_including_helpers():
     assert len(pids) >= 1 + 2 + 4  # controller (and its schedulers), 2 engines, 4 DataLoader workers
     workdir = lab.pool.workdir
     assert lab.gather("where") == [os.path.join(workdir, "tmp")] * 2
-    # ... made in the pool's folder, not in /tmp (where a killed worker's would stay for good)
-    assert len([f for f in os.listdir(os.path.join(workdir, "tmp")) if f.startswith("pymp-")]) >= 4
+    # ... made in the pool's folder, not in /tmp (where a killed worker's would stay for good); a worker
+    # makes its folder when it hands over its first batch, which may come after next(it) returned
+    def folders():
+        return [f for f in os.listdir(os.path.join(workdir, "tmp")) if f.startswith("pymp-")]
+
+    deadline = time.monotonic() + 20
+    while len(folders()) < 4 and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert len(folders()) >= 4, folders()
     tic = time.perf_counter()
     lab.stop()
     seconds = time.perf_counter() - tic
