@@ -74,6 +74,7 @@ class Recorder:
         self.lock = threading.Lock()  # comm spans end on gloo's threads
         self.installed = False
         self._handles, self._patched = [], []  # torch's hook handles, and (owner, name, our function) patched in
+        self._module_hooks, self._module_handles = None, []  # (pre, post) global module hooks; their handles
         self.opt_steps = 0  # optimizer steps in this cell
         self.collectives = 0  # explicit collectives this cell (their order matches the other ranks')
         self._depth = 0  # nesting of module calls in the main thread
@@ -110,6 +111,23 @@ class Recorder:
             self.install()
         elif not self.enabled and self.installed:
             self.uninstall()
+        elif self.installed and not self._module_handles:
+            self._hook_modules()  # (a DDP forward took them out for the rest of the cell before)
+
+    def _hook_modules(self):
+        import torch.nn.modules.module as modules
+
+        pre, post = self._module_hooks
+        self._module_handles = [modules.register_module_forward_pre_hook(pre),
+                                modules.register_module_forward_hook(post, always_call=True)]
+
+    def unhook_modules(self):
+        """For the rest of the cell, no global module hooks: a DDP model times its own forward, and
+        the modules inside it take torch's fast path again (a module call with a global hook costs
+        several microseconds more)."""
+        for handle in self._module_handles:
+            handle.remove()
+        self._module_handles, self._depth = [], 0
 
     def install(self):
         """Hook torch: global module and optimizer hooks, autograd.backward, DataLoader iterators, and
@@ -118,7 +136,6 @@ class Recorder:
             return
         self.installed = True
         import torch
-        import torch.nn.modules.module as modules
         import torch.optim.optimizer as optimizers
         from torch.utils.data import dataloader
 
@@ -184,9 +201,9 @@ class Recorder:
             finally:
                 recorder.add(DATA, start, clock())
 
-        self._handles = [modules.register_module_forward_pre_hook(pre_forward),
-                         modules.register_module_forward_hook(post_forward, always_call=True),
-                         optimizers.register_optimizer_step_pre_hook(pre_step),
+        self._module_hooks = (pre_forward, post_forward)
+        self._hook_modules()
+        self._handles = [optimizers.register_optimizer_step_pre_hook(pre_step),
                          optimizers.register_optimizer_step_post_hook(post_step)]
         self._patched = [(torch.autograd, "backward", timed_backward),
                          (dataloader._BaseDataLoaderIter, "__next__", timed_next), *self._ddp_patches()]
@@ -199,6 +216,7 @@ class Recorder:
         has no way to remove one; it runs the model's own averaging untimed while the timeline is off)."""
         if not self.installed:
             return
+        self.unhook_modules()
         for handle in self._handles:
             handle.remove()
         for owner, name, patch in self._patched:
@@ -215,7 +233,7 @@ class Recorder:
         import torch
         from torch.nn.parallel import DistributedDataParallel as DDP
 
-        recorder, clock = self, time.monotonic
+        recorder, clock, compiling = self, time.monotonic, torch.compiler.is_compiling
         register, forward = DDP.register_comm_hook, DDP.forward
         all_reduce = OPS.index("all_reduce")
 
@@ -279,7 +297,16 @@ class Recorder:
                     register(ddp, None, timed_hook(ddp))
                 except RuntimeError:  # a model that had its own C++ hook (DDP takes one only): left untimed
                     log.debug("DDP model kept its own comm hook; its buckets are not timed", exc_info=True)
-            return forward(ddp, *args, **kwargs)
+            if not recorder.enabled or compiling() or threading.get_ident() != recorder._main:
+                return forward(ddp, *args, **kwargs)
+            # DDP times its own forward (from the outermost module's start, if a global hook saw one)
+            start = recorder._forward_start if recorder._depth else clock()
+            if recorder._module_handles:
+                recorder.unhook_modules()
+            try:
+                return forward(ddp, *args, **kwargs)
+            finally:
+                recorder.add(FORWARD, start, clock())
 
         return [(DDP, "register_comm_hook", register_comm_hook), (DDP, "forward", first_forward)]
 

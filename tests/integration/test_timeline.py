@@ -160,12 +160,17 @@ def test_recording_can_be_switched_off_and_on(pool, ip, capsys):
     assert pool.gather("own_hook") == [False] * 4
     ip.run_line_magic("ddp_timeline", "--on")
     time.sleep(0.6)
-    pool.run(SEEDED.format(name="timed") + "model2 = DDP(Net())\nopt2 = torch.optim.SGD(model2.parameters(), lr=0.01)\n"
+    pool.run(HOOKED + "\nat_start = hooked\n" + SEEDED.format(name="timed")
+             + "model2 = DDP(Net())\nopt2 = torch.optim.SGD(model2.parameters(), lr=0.01)\n"
              "train(model2, opt2, 3)\ntrain(model, opt, 2)\n" + HOOKED
              + "\nsame = all(torch.equal(a, b) for a, b in zip(timed, untimed))")
     assert pool.gather("same") == [True] * 4  # our averaging hook computes what DDP's own does, bit for bit
-    assert pool.gather("hooked") == [dict(modules=2, optimizers=1, backward=True, data=True, ddp=True)] * 4
+    assert pool.gather("at_start") == [dict(modules=2, optimizers=1, backward=True, data=True, ddp=True)] * 4
+    # a DDP forward times itself, and takes the global module hooks out for the rest of the cell
+    assert pool.gather("hooked") == [dict(modules=0, optimizers=1, backward=True, data=True, ddp=True)] * 4
     frame = pool.records.timeline().to_pandas()
+    # one forward per step, DDP's own (3 + 3 + 2 steps): none twice, none lost when the hooks went out
+    assert (frame[frame["phase"] == "forward"].groupby("rank").size() == 8).all()
     comm = frame[frame["phase"] == "comm"]
     # both models' buckets: model2's 3 steps and the 2 of the model built while off, per rank
     assert (comm.groupby("rank")["step"].nunique() == 5).all() and len(comm) >= 4 * 5, comm
