@@ -1,7 +1,8 @@
 """A rank's timeline (engine side): spans of forward, backward, optimizer, data and comm on one clock,
 recorded with no change to the learner's code, and the rank's memory.
 
-    forward    the outermost nn.Module call (torch's global module hooks; nested modules are inside it)
+    forward    the outermost nn.Module call (torch's global module hooks; nested modules are inside it),
+               or a DDP model's forward, which times itself and takes those hooks out for the rest of the cell
     backward   torch.autograd.backward (loss.backward() calls it): DDP's bucket all-reduces run inside it
     optimizer  Optimizer.step (torch's global optimizer hooks)
     data       the next batch of a DataLoader (_BaseDataLoaderIter.__next__)
