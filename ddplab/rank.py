@@ -105,6 +105,7 @@ class Sender:
         self._sock, self._key, self._agent = None, b"", None
         self._seq = 0  # batches sent in this forming
         self._command_seq = 0  # the last command accepted from the notebook in this forming
+        self.cuttable = None  # the forming a cut may break: set when it has connected, cleared when the next forms
 
     def flush(self, final=False, beat=False, force=False):
         """Send points and events not sent yet, one batch per cell; drop them if the notebook is not
@@ -191,7 +192,9 @@ class Sender:
                 continue  # not from the notebook, not for this rank and forming, or sent before: dropped
             self._command_seq = command["seq"]
             if command.get("cmd") == "cut":
-                rank.cut(command.get("ports", ()))  # (for this forming only: a late cut must not break the next)
+                with rank.lock:  # for this forming only: a late cut must not break the next (join())
+                    if self.cuttable == command["gen"]:
+                        rank.cut(command.get("ports", ()))
             elif command.get("cmd") == "knob" and isinstance(command.get("name"), str):
                 rank.knobs[command["name"]] = command.get("value")
             elif command.get("cmd") == "timeline":
@@ -205,6 +208,7 @@ class Sender:
 
         with self.rank.lock:  # a new forming: its batches and commands are counted afresh, on a new connection
             self._key, self.generation, self._seq, self._command_seq = key, generation, 0, 0
+            self.cuttable = generation  # the forming whose cuts apply (none while a group forms: join())
             if self._sock is not None:
                 self._sock.close(linger=0)
             self._sock = zmq.Context.instance().socket(zmq.DEALER)  # batches out; the notebook's commands in
@@ -363,6 +367,8 @@ class Rank:
         folder torch.compile may use, checked here again (privacy.py); None: this host's default.
         """
         self.sender.flush_every, self.lang = flush, lang
+        with self.lock:  # from now until connect(), no cut applies: one decoded for the forming being
+            self.sender.cuttable = None  # replaced must not reach the connections of the group made here
         if not telemetry:
             self.sender.generation = generation  # (with telemetry: set with its new connection, connect())
         self.knobs.update(knobs or {})
