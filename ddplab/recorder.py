@@ -223,7 +223,7 @@ class Recorder:
         for owner, name, patch in self._patched:
             if getattr(owner, name) is patch:  # (not if someone patched it over ours since)
                 setattr(owner, name, patch.__wrapped__)
-        self.installed, self._handles, self._patched, self._depth = False, [], [], 0
+        self.installed, self._handles, self._patched = False, [], []
 
     def _ddp_patches(self):
         """Every DDP model gets one comm hook of ours, registered at its first forward (or when the
@@ -289,7 +289,7 @@ class Recorder:
                 register(ddp, None, timed_hook(ddp))
             # (a hook registered after ours: it replaces the one our wrapper runs)
 
-        def first_forward(ddp, *args, **kwargs):
+        def timed_forward(ddp, *args, **kwargs):
             if not hasattr(ddp, "_ddplab_hook"):
                 import torch.distributed as dist
 
@@ -309,7 +309,7 @@ class Recorder:
             finally:
                 recorder.add(FORWARD, start, clock())
 
-        return [(DDP, "register_comm_hook", register_comm_hook), (DDP, "forward", first_forward)]
+        return [(DDP, "register_comm_hook", register_comm_hook), (DDP, "forward", timed_forward)]
 
 
 def memory(namespace):
