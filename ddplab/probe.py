@@ -38,7 +38,7 @@ WATCHED = ("all_reduce", "broadcast", "all_gather", "all_gather_into_tensor", "a
 
 def _count(probe, op, fn):
     """Count a collective on its way in, in `probe`, and time it in the rank's timeline (a few
-    microseconds; DDP's bucket all-reduces are timed by their comm hook, recorder.py)."""
+    microseconds; DDP's bucket all-reduces are timed where its reducer launches them, recorder.py)."""
     import functools
     import inspect
 

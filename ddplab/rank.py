@@ -349,6 +349,7 @@ class Rank:
 
     def end_cell(self, *_):
         self.in_cell = False
+        self.recorder.settle()  # the spans of bucket all-reduces done since the last backward
         self.sender.flush(final=True)  # so the notebook sees every point of the cell as soon as it ends
 
     # ------------------------------------------------------------------ the group

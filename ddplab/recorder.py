@@ -6,9 +6,10 @@ recorded with no change to the learner's code, and the rank's memory.
     backward   torch.autograd.backward (loss.backward() calls it): DDP's bucket all-reduces run inside it
     optimizer  Optimizer.step (torch's global optimizer hooks)
     data       the next batch of a DataLoader (_BaseDataLoaderIter.__next__)
-    comm       every collective: each DDP bucket's all-reduce, from its comm hook (the learner's own hook
-               wrapped, still run and timed) to the moment its future completes, with the bucket's index
-               and bytes; and every dist.* collective the cell calls (probe.py counts them)
+    comm       every collective: each DDP bucket's all-reduce, from the moment the reducer launches it (through
+               a timed group, or the learner's own comm hook, wrapped: still run, and timed) to the moment it
+               completes, with the bucket's index and bytes; and every dist.* collective the cell calls
+               (probe.py counts them)
 
 A step is the stretch between two ddplab.log calls, or between optimizer steps when the cell does not
 log. Times are time.monotonic() (one clock for every process of a machine; the notebook aligns other
@@ -20,6 +21,7 @@ import logging
 import threading
 import time
 import warnings
+import weakref
 from array import array
 
 log = logging.getLogger("ddplab")
@@ -28,6 +30,7 @@ PHASES = ("forward", "backward", "optimizer", "data", "comm")
 FORWARD, BACKWARD, OPTIMIZER, DATA, COMM = range(len(PHASES))
 OPS = ("", "all_reduce", "broadcast", "all_gather", "reduce_scatter", "reduce", "gather", "scatter", "barrier",
        "all_to_all", "send", "recv", "other")
+ALL_REDUCE = OPS.index("all_reduce")
 inside = threading.local()  # .op: the collective this thread is in (the collectives it calls are not the cell's)
 FIELDS = (("cell", "i"), ("step", "i"), ("phase", "b"), ("op", "b"), ("bucket", "i"), ("bytes", "q"),
           ("start", "d"), ("end", "d"), ("seq", "i"))
@@ -81,6 +84,11 @@ class Recorder:
         self._depth = 0  # nesting of module calls in the main thread
         self._forward_start = 0.0
         self._main = threading.main_thread().ident
+        # DDP models whose reducer has a TimedGroup, and that group (held here: torch calls a Python group's
+        # methods only while its Python object lives; not in the model, which must still pickle)
+        self.timed_models = weakref.WeakKeyDictionary()
+        self._flying = []  # DDP's bucket all-reduces in flight: (future, start, bytes, bucket, step)
+        self._queued, self._queue_callback = False, None  # our final callback is queued in this backward; autograd's
 
     def new_cell(self):
         self.opt_steps = self.collectives = self._depth = 0
@@ -102,6 +110,57 @@ class Recorder:
             s.start.append(start)
             s.end.append(end)
             s.seq.append(seq)  # last: now the span counts
+
+    def later(self, work, start, nbytes, bucket):
+        """Time one of DDP's bucket all-reduces (a Work or a Future), on this thread only: at the first
+        bucket of a backward pass, a callback of ours joins autograd's final callbacks, ahead of DDP's
+        (which DDP queues once its last bucket is launched) and waits for each bucket in turn, as DDP
+        would next: each ends when it completes. A bucket done before then ends when this thread sees
+        it done (the next bucket's launch). No other thread runs for it: a Python callback on the
+        future runs on gloo's thread and must take the GIL: that cost about 2% of the training's speed
+        (4 ranks on 2 cores, 2 buckets a step)."""
+        if not self._queued:
+            try:
+                self._queue_callback(self._end_buckets)
+            except RuntimeError:  # not in a backward pass (DDP's join() shadowing others' buckets): untimed
+                return
+            self._queued = True
+        self.poll()
+        future = work.get_future() if hasattr(work, "get_future") else work
+        self._flying.append((future, start, nbytes, bucket, self.step()))
+
+    def poll(self):
+        """End the bucket all-reduces that are done."""
+        if self._flying:
+            done, flying = [], []
+            for item in self._flying:
+                (done if item[0].done() else flying).append(item)
+            if done:
+                self._flying = flying
+                self._end(done, time.monotonic())
+
+    def _end(self, items, now=None):
+        for future, start, nbytes, bucket, step in items:
+            if now is None:
+                try:
+                    future.wait()  # (without the GIL, as DDP's own wait)
+                except Exception:  # noqa: BLE001 - it failed (a peer gone, a cut): DDP raises it next
+                    log.debug("a bucket's all-reduce failed", exc_info=True)
+            self.add(COMM, start, time.monotonic() if now is None else now, ALL_REDUCE, bucket, nbytes, step, step)
+
+    def _end_buckets(self):
+        """Autograd's final callback (before DDP's): wait for each bucket in turn, and end its span."""
+        self._queued = False
+        flying, self._flying = self._flying, []
+        self._end(flying)
+
+    def settle(self):
+        """At a cell's end: the bucket all-reduces done by now get their spans; any still in flight
+        (a failed step) get none."""
+        self.poll()
+        if self._flying:
+            log.debug("%d bucket all-reduces still in flight at the cell's end: not timed", len(self._flying))
+        self._flying, self._queued = [], False
 
     # ------------------------------------------------------------------ torch's hooks
     def follow(self):
@@ -175,6 +234,8 @@ class Recorder:
                 return backward(*args, **kwargs)
             finally:
                 recorder.add(BACKWARD, start, clock())
+                recorder._queued = False  # (its final callbacks have run, or it failed)
+                recorder.poll()
 
         started = {}
 
@@ -202,6 +263,7 @@ class Recorder:
             finally:
                 recorder.add(DATA, start, clock())
 
+        self._queue_callback = torch.autograd.Variable._execution_engine.queue_callback
         self._module_hooks = (pre_forward, post_forward)
         self._hook_modules()
         self._handles = [optimizers.register_optimizer_step_pre_hook(pre_step),
@@ -213,11 +275,12 @@ class Recorder:
             setattr(owner, name, patch)
 
     def uninstall(self):
-        """Take every hook of install() out again (a DDP model that has our comm hook keeps it: DDP
-        has no way to remove one; it runs the model's own averaging untimed while the timeline is off)."""
+        """Take every hook of install() out again: each DDP reducer gets its own group back (a learner's
+        comm hook stays wrapped, as DDP has no way to remove a hook: the wrapper runs it untimed while off)."""
         if not self.installed:
             return
         self.unhook_modules()
+        self.untime_models()
         for handle in self._handles:
             handle.remove()
         for owner, name, patch in self._patched:
@@ -226,59 +289,63 @@ class Recorder:
         self.installed, self._handles, self._patched = False, [], []
 
     def _ddp_patches(self):
-        """Every DDP model gets one comm hook of ours, registered at its first forward (or when the
-        learner registers one): it runs the learner's hook (or DDP's own averaging all-reduce) and
-        times each bucket from the moment it is ready to the moment its all-reduce completes.
-        A comm hook costs DDP one pass over the gradients (it no longer divides them while it copies
-        them into its buckets): made on gloo's thread, but still CPU, which %ddp_timeline --off saves."""
+        """DDP's buckets are timed where the reducer all-reduces them: at a DDP model's first forward its
+        reducer is given a TimedGroup around the model's own group (taken back at uninstall), so DDP
+        keeps its fastest path (with no comm hook it divides the gradients while it copies them into
+        its buckets; any comm hook costs it one more pass over them). A learner's own comm hook is
+        wrapped instead (still run, and timed), and the collectives it calls are DDP's, not the cell's."""
         import torch
+        import torch.distributed as dist
         from torch.nn.parallel import DistributedDataParallel as DDP
 
         recorder, clock, compiling = self, time.monotonic, torch.compiler.is_compiling
         register, forward = DDP.register_comm_hook, DDP.forward
-        all_reduce = OPS.index("all_reduce")
 
-        def averaged(group, bucket):
-            """DDP's own averaging all-reduce, with its one callback timing the bucket: the process
-            group is called directly (torch's Python layer around it costs more than the hook). The sum
-            is divided in that callback, on gloo's thread, so the rank's own thread does not pay the
-            pass (half precision, which a sum could overflow, is divided first, as DDP does)."""
-            buffer = bucket.buffer()
-            start, size, timed = clock(), group.size(), recorder.enabled
-            divided = buffer.dtype == torch.float16
-            if divided:
-                buffer.div_(size)
-            future = group.allreduce([buffer]).get_future()
-            step, index, nbytes = recorder.step(), bucket.index(), buffer.numel() * buffer.element_size()
+        class TimedGroup(dist.ProcessGroup):
+            """The group a DDP reducer all-reduces its buckets through: the model's own, each call
+            timed from the moment the bucket is ready to the moment its all-reduce completes. Buckets
+            are launched in index order, counted from the model's forward."""
 
-            def done(fut):
-                if timed:
-                    recorder.add(COMM, start, clock(), all_reduce, index, nbytes, step)
-                total = fut.value()[0]
-                return total if divided else total.div_(size)
+            def __init__(self, real):
+                super().__init__(real.rank(), real.size())
+                self.real, self.launched = real, 0
+                try:  # collectives not overridden here go to the real group's own backend
+                    self._register_backend(torch.device("cpu"), dist.ProcessGroup.BackendType.CUSTOM,
+                                           real._get_backend(torch.device("cpu")))
+                except RuntimeError:
+                    log.debug("DDP's group has no CPU backend to fall back on", exc_info=True)
 
-            return future.then(done)
+            def getBackendName(self):
+                return "ddplab-timed"  # ("gloo" would make torch look this group's backend up by its name)
+
+            def allreduce(self, tensors, opts):
+                start, work = clock(), self.real.allreduce(tensors, opts)
+                if recorder.enabled:
+                    tensor = tensors[0]
+                    if tensor.dtype == torch.int32:  # the map of parameters used (find_unused_parameters)
+                        index = -1
+                    else:
+                        index, self.launched = self.launched, self.launched + 1
+                    recorder.later(work, start, tensor.numel() * tensor.element_size(), index)
+                return work
+
+            def broadcast(self, tensors, opts):  # the buckets' order, agreed once after the first step
+                return self.real.broadcast(tensors, opts)
 
         def timed_hook(ddp):
             def hook(state, bucket):
                 user_state, user_hook = ddp._ddplab_hook
-                if user_hook is averaged or not recorder.enabled:
+                if not recorder.enabled:
                     return user_hook(user_state, bucket)
-                start, step, index = clock(), recorder.step(), bucket.index()
-                buffer = bucket.buffer()
+                start, buffer = clock(), bucket.buffer()
                 inside.op, inside.bytes = "ddp", 0  # the collectives a hook calls are DDP's, not the cell's
                 try:
                     future = user_hook(user_state, bucket)
                 finally:
                     inside.op = None
                 # the bytes its collectives sent (a compression hook sends fewer than the bucket holds)
-                nbytes = inside.bytes or buffer.numel() * buffer.element_size()
-
-                def done(fut):
-                    recorder.add(COMM, start, clock(), all_reduce, index, nbytes, step)
-                    return fut.value()
-
-                return future.then(done)
+                recorder.later(future, start, inside.bytes or buffer.numel() * buffer.element_size(), bucket.index())
+                return future
 
             return hook
 
@@ -290,14 +357,11 @@ class Recorder:
             # (a hook registered after ours: it replaces the one our wrapper runs)
 
         def timed_forward(ddp, *args, **kwargs):
-            if not hasattr(ddp, "_ddplab_hook"):
-                import torch.distributed as dist
-
-                ddp._ddplab_hook = (ddp.process_group or dist.group.WORLD, averaged)
-                try:
-                    register(ddp, None, timed_hook(ddp))
-                except RuntimeError:  # a model that had its own C++ hook (DDP takes one only): left untimed
-                    log.debug("DDP model kept its own comm hook; its buckets are not timed", exc_info=True)
+            group = recorder.timed_models.get(ddp)
+            if group is None:
+                group = recorder.timed_models[ddp] = TimedGroup(ddp.process_group or dist.group.WORLD)
+                ddp.reducer._update_process_group(group)
+            group.launched = 0
             if not recorder.enabled or compiling() or threading.get_ident() != recorder._main:
                 return forward(ddp, *args, **kwargs)
             # DDP times its own forward (from the outermost module's start, if a global hook saw one)
@@ -310,6 +374,12 @@ class Recorder:
                 recorder.add(FORWARD, start, clock())
 
         return [(DDP, "register_comm_hook", register_comm_hook), (DDP, "forward", timed_forward)]
+
+    def untime_models(self):
+        """Give each DDP model's reducer its own group back (at uninstall, between cells: no bucket in flight)."""
+        for ddp, group in list(self.timed_models.items()):
+            ddp.reducer._update_process_group(group.real)
+        self.timed_models.clear()
 
 
 def memory(namespace):

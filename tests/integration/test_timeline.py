@@ -69,6 +69,8 @@ def test_bucket_all_reduces_overlap_backward(pool):
     started_during = buckets[(buckets["start"] > backward["start"]) & (buckets["start"] < backward["end"])]
     assert len(started_during) == len(buckets)  # each launched while backward still ran ...
     assert buckets["start"].min() < backward["end"] - 0.0005  # ... the first well before it ended
+    # each ends when it completed: after it started, and before backward returned (DDP waits for them)
+    assert ((buckets["end"] >= buckets["start"]) & (buckets["end"] <= backward["end"])).all(), buckets
     assert tl.breakdown()[0]["hidden"] > 0  # collectives that ran under backward's compute
     assert buckets["bytes"].sum() == 6 * (512 * 512 + 512) * 4  # every gradient, once
 
@@ -141,6 +143,10 @@ HOOKED = ("import torch.nn.modules.module as _m, torch.optim.optimizer as _o\n"
           "data=hasattr(_d._BaseDataLoaderIter.__next__, '__wrapped__'), ddp=hasattr(DDP.forward, '__wrapped__'))")
 
 
+GROUPED = ("from ddplab.rank import RANK as _rank\n"
+           "grouped = [m in _rank.recorder.timed_models for m in (model, model2)]")
+
+
 SEEDED = ("torch.manual_seed(0)\nseeded = DDP(Net())\nseeded_opt = torch.optim.SGD(seeded.parameters(), lr=0.1)\n"
           "train(seeded, seeded_opt, 3, log=False)\n{name} = [p.detach().clone() for p in seeded.parameters()]\n")
 
@@ -164,7 +170,7 @@ def test_recording_can_be_switched_off_and_on(pool, ip, capsys):
              + "model2 = DDP(Net())\nopt2 = torch.optim.SGD(model2.parameters(), lr=0.01)\n"
              "train(model2, opt2, 3)\ntrain(model, opt, 2)\n" + HOOKED
              + "\nsame = all(torch.equal(a, b) for a, b in zip(timed, untimed))")
-    assert pool.gather("same") == [True] * 4  # our averaging hook computes what DDP's own does, bit for bit
+    assert pool.gather("same") == [True] * 4  # a timed DDP computes what an untimed one does, bit for bit
     assert pool.gather("at_start") == [dict(modules=2, optimizers=1, backward=True, data=True, ddp=True)] * 4
     # a DDP forward times itself, and takes the global module hooks out for the rest of the cell
     assert pool.gather("hooked") == [dict(modules=0, optimizers=1, backward=True, data=True, ddp=True)] * 4
@@ -174,6 +180,18 @@ def test_recording_can_be_switched_off_and_on(pool, ip, capsys):
     comm = frame[frame["phase"] == "comm"]
     # both models' buckets: model2's 3 steps and the 2 of the model built while off, per rank
     assert (comm.groupby("rank")["step"].nunique() == 5).all() and len(comm) >= 4 * 5, comm
+    # timed through the group DDP's reducer all-reduces with: DDP has no comm hook (its fast path, which
+    # divides the gradients while it copies them into its buckets), and gets its own group back when off
+    pool.run(GROUPED + "\nhooks = [m._get_ddp_logging_data().get('comm_hook', '') for m in (model, model2)]\n"
+             "import pickle\npickled = len(pickle.dumps(model2.module)) > 0 and len(pickle.dumps(model2)) > 0")
+    assert pool.gather("hooks") == [["", ""]] * 4 and pool.gather("grouped") == [[True, True]] * 4
+    assert pool.gather("pickled") == [True] * 4  # a timed DDP model still pickles (torch.save)
+    ip.run_line_magic("ddp_timeline", "--off")
+    time.sleep(0.6)
+    pool.run("train(model2, opt2, 2)\n" + GROUPED)
+    assert pool.gather("grouped") == [[False, False]] * 4 and len(pool.records.timeline()) == 0
+    ip.run_line_magic("ddp_timeline", "--on")
+    time.sleep(0.6)
 
 
 def test_compiled_models_keep_one_graph_and_their_forward_spans(pool):
