@@ -75,7 +75,7 @@ class Recorder:
         self.rank = rank
         self.enabled = True  # %ddp_timeline --off / --on (a command from the notebook)
         self.spans = Spans()
-        self.lock = threading.Lock()  # comm spans end on gloo's threads
+        self.lock = threading.Lock()  # (a cell's other threads may add spans too)
         self.installed = False
         self._handles, self._patched = [], []  # torch's hook handles, and (owner, name, our function) patched in
         self._module_hooks, self._module_handles = None, []  # (pre, post) global module hooks; their handles
@@ -136,23 +136,24 @@ class Recorder:
             for item in self._flying:
                 (done if item[0].done() else flying).append(item)
             if done:
-                self._flying = flying
-                self._end(done, time.monotonic())
+                self._flying, now = flying, time.monotonic()
+                for item in done:
+                    self._end(item, now)
 
-    def _end(self, items, now=None):
-        for future, start, nbytes, bucket, step in items:
-            if now is None:
-                try:
-                    future.wait()  # (without the GIL, as DDP's own wait)
-                except Exception:  # noqa: BLE001 - it failed (a peer gone, a cut): DDP raises it next
-                    log.debug("a bucket's all-reduce failed", exc_info=True)
-            self.add(COMM, start, time.monotonic() if now is None else now, ALL_REDUCE, bucket, nbytes, step, step)
+    def _end(self, item, end):
+        _, start, nbytes, bucket, step = item
+        self.add(COMM, start, end, ALL_REDUCE, bucket, nbytes, step, step)
 
     def _end_buckets(self):
         """Autograd's final callback (before DDP's): wait for each bucket in turn, and end its span."""
         self._queued = False
         flying, self._flying = self._flying, []
-        self._end(flying)
+        for item in flying:
+            try:
+                item[0].wait()  # (without the GIL, as DDP's own wait)
+            except Exception:  # noqa: BLE001 - it failed (a peer gone, a cut): DDP raises it next
+                log.debug("a bucket's all-reduce failed", exc_info=True)
+            self._end(item, time.monotonic())
 
     def settle(self):
         """At a cell's end: the bucket all-reduces done by now get their spans; any still in flight
