@@ -28,6 +28,7 @@ class Group:
         self.timeline = True  # ranks record their timeline (Records.recording)
         self.clock_offsets = {}  # rank -> its host's monotonic clock minus the notebook's (0 on this machine)
         self.clock_error = 0.0  # how well the offsets are known (seconds: half the best round trip)
+        self.refused = []  # other accounts' gloo connections the ranks refused in the last forming (ddplab.guard)
 
     def form(self, deadline, say=None):
         """(Re-)form the group on every rank. Returns (seconds, objects tied to the old group:
@@ -66,6 +67,7 @@ class Group:
         for i, facts in zip(self.info, pool.facts):
             i.update(address=facts["ip"], ifname=facts["ifname"])
         stale = sorted({tuple(s) for i in self.info for s in i.pop("stale", [])})
+        self.refused = [record for i in self.info for record in i.pop("refused", [])]  # (ddplab.guard)
         self.clock_offsets, self.clock_error = pool.clock_offsets()
         return time.perf_counter() - tic, stale
 

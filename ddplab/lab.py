@@ -157,6 +157,10 @@ class Lab:
         objects tied to the old group)."""
         seconds, stale = self.group.form(deadline, say)
         self.pool.track(self.group.info)
+        for record in self.group.refused:
+            self.live.refuse(record["account"], record["taken"])
+        if self.group.refused:
+            self.report.notices()
         for r in range(self.world_size):
             if self.run_state.states[r] != st.FAILED:  # keep the red mark of a failed cell
                 self.run_state.set_state(r, st.INIT)

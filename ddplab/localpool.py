@@ -28,11 +28,11 @@ class LocalPool(OwnedCluster, Pool):
 
     # ------------------------------------------------------------------ start
     def start(self, n, deadline, say):
-        from .zygote import zygote
+        from .zygote import started_zygote
 
         self.open_workdir()
         self.compile_folder()
-        zygote()  # usually started at %load_ext ddplab, and warm since
+        started_zygote()  # usually started at %load_ext ddplab, and warm since (it forks the controller too)
         return self.start_cluster(n, deadline, say)
 
     def engine_launcher(self):
@@ -90,9 +90,9 @@ class LocalPool(OwnedCluster, Pool):
         ("shared", why): on the machine's network (gloo's ports reachable from its loopback)."""
         if not self.forked:
             return "shared", "local-spawn engines are started by ipyparallel, not forked into a private network"
-        from .zygote import zygote
+        from .zygote import started_zygote
 
-        return zygote().network
+        return started_zygote().network
 
     def exposure(self):
         network, why = self.network

@@ -398,6 +398,10 @@ class Rank:
                                   master_listen_fd=self._store_socket(host, int(port)) if rank == 0 else None)
         else:
             raise ValueError(f"unknown rendezvous {rendezvous!r}: use file:///path, signed://host:port or tcp://host:port")
+        from .guard import GUARD, install
+
+        install(self.refused)  # every gloo group of this process: its connections checked before use
+        seen = len(GUARD.refused)
         init = getattr(dist.init_process_group, "__wrapped__", dist.init_process_group)
         init("gloo", store=store, rank=rank, world_size=world_size, timeout=wait)
         self.rank, self.world_size, self.formed = rank, world_size, True
@@ -419,7 +423,16 @@ class Rank:
             "ports": sorted(_listening_ports()),  # gloo's listeners, for close_group
             "compile_cache": compile_cache,
             "compile_refused": refused,
+            "refused": GUARD.refused[seen:],  # connections of other accounts refused while the group formed
         }
+
+    def refused(self, record):
+        """ddplab.guard refused a gloo connection of another account: the notebook names it (a group
+        the rank's own cell builds; those of join() are in its reply)."""
+        with self.lock:
+            if self.in_cell:
+                self.events.append((self.cell, time.perf_counter() - self.cell_t0, "refused",
+                                    f"{record['account']}|{int(record['taken'])}"))
 
     def leave(self):
         """Leave the group and stop sending telemetry, the engine staying up (a pool attached to
@@ -561,8 +574,10 @@ def _private_compile_cache(wanted):
 
     from .privacy import compile_cache, default_compile_cache
 
+    # the notebook's choice was checked outside the pool's user namespace (which hides who owns what)
     folder, refused = compile_cache(wanted or default_compile_cache(),
-                                    lambda: tempfile.mkdtemp(prefix="ddplab-torchinductor-"))  # (0700, a random name)
+                                    lambda: tempfile.mkdtemp(prefix="ddplab-torchinductor-"),  # (0700, a random name)
+                                    checked_outside=wanted is not None)
     os.environ["TORCHINDUCTOR_CACHE_DIR"] = folder  # torch reads it at each use
     os.environ["TRITON_CACHE_DIR"] = os.path.join(folder, "triton")
     return folder, refused

@@ -1,6 +1,6 @@
 """lab.report: what the notebook says about a running pool, in the pool's language: the ready line,
 what protects each of its channels from other accounts, and what the user should hear at start."""
-from .privacy import KERNEL_FIX, kernel_channel, other_accounts
+from .privacy import KERNEL_FIX, kernel_channel, namespace_refusal, other_accounts
 from .words import plural, ranks_text, say
 
 
@@ -80,8 +80,10 @@ class Report:
                           + kernel_text(kernel, lab.config.lang)))
         facts = lab.pool.exposure()
         if facts["local"] and facts["network"] != "private":
-            found.append((True, say("gloo listens on this machine's loopback ({why}): its {n} other account(s) can "
-                                    "connect to it", why=facts["network_why"], n=len(others))))
+            found.append((True, say("gloo listens on this machine's loopback ({why}), where its {n} other account(s) "
+                                    "can connect: every connection of a group is checked to be yours before the group "
+                                    "is used, and another account's is refused", why=facts["network_why"],
+                                    n=len(others)) + admin_fix(lab.config.lang)))
         return found
 
     def notices(self):
@@ -94,7 +96,22 @@ class Report:
                                             f"ipyparallel's {channel} channel")
         changed = [lab.run_state.notice(topic, text + " (not from this pool's ranks: ignored)")
                    for topic, text in news.items()]
+        say = lab.config.say
+        for account, (n, taken) in sorted(lab.live.refused.items()):
+            changed.append(lab.run_state.notice(("refused", account), say(
+                "the account {account} connected to the ranks' gloo ports {n} time(s) while groups formed ({taken} had "
+                "taken a rank's connection): each refused before any data moved, and the group formed without it",
+                account=account, n=n, taken=taken)))
         return any(changed)
+
+
+def admin_fix(lang="en"):
+    """"; for a private network an administrator can ...", what to change where it is known."""
+    refusal = namespace_refusal()
+    if refusal is None:
+        return ""
+    cause, fix = refusal
+    return say(lang, "; for a private network ({cause}), an administrator can run: {fix}", cause=cause, fix=fix)
 
 
 def kernel_text(kernel, lang="en"):
@@ -126,9 +143,10 @@ def protections(facts, lang="en"):
         rows.append(("gloo", say(lang, "the ranks live in a network namespace of their own: no other account can reach "
                                        "gloo's ports")))
     elif facts["local"]:
-        rows.append(("gloo", say(lang, "on this machine's loopback ({why}): other accounts can connect to its ports and "
-                                       "break a collective (ddplab recovers), not read data or run code",
-                                 why=facts["network_why"])))
+        rows.append(("gloo", say(lang, "on this machine's loopback ({why}): before a group is used, each of its "
+                                       "connections is checked to be yours (another account's is refused and the group "
+                                       "formed again without it), and its ports then admit nobody",
+                                 why=facts["network_why"]) + admin_fix(lang)))
     else:
         rows.append(("gloo", say(lang, "TCP between the hosts, unauthenticated (as in any PyTorch job): use a network "
                                        "you trust")))

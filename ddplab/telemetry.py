@@ -34,10 +34,17 @@ class Live:
     spans: object = None  # timeline.CellSpans of the cell running (or the last one)
     timelines: dict = field(default_factory=dict)  # notebook cell -> its CellSpans
     calls: dict = field(default_factory=dict)  # rank -> the collectives of its cell, once it finished
+    refused: dict = field(default_factory=dict)  # account -> [gloo connections refused, of them pairs taken]
 
     @classmethod
     def new(cls, world_size):
         return cls(RunState(world_size), LiveMetrics(world_size))
+
+    def refuse(self, account, taken):
+        """Another account's gloo connection was refused (ddplab.guard), one that had taken a pair or not."""
+        counts = self.refused.setdefault(account, [0, 0])
+        counts[0] += 1
+        counts[1] += bool(taken)
 
 
 class Telemetry:
@@ -214,6 +221,9 @@ def merge(live, batch, now):
             live.hints.setdefault(value, set()).add(rank)
         elif kind == "begin":
             live.begun.add(rank)
+        elif kind == "refused" and value:
+            account, _, taken = value.rpartition("|")
+            live.refuse(account, taken == "1")
     if batch.where is not None or batch.final:
         rs.set_where(rank, None if batch.final else batch.where)
     if batch.calls is not None:

@@ -128,8 +128,12 @@ ZH = {
         "{n} 个 rank 已就绪，用时 {seconds:.1f} 秒（gloo，每个 rank {threads} 个线程{where}）",
     "this machine has {n} other account(s); this kernel's channel: ":
         "本机还有 {n} 个其他账户；这个内核的通道：",
-    "gloo listens on this machine's loopback ({why}): its {n} other account(s) can connect to it":
-        "gloo 在本机的回环接口上监听（{why}）：本机其他 {n} 个账户可以连接它",
+    "gloo listens on this machine's loopback ({why}), where its {n} other account(s) can connect: every connection of a group is checked to be yours before the group is used, and another account's is refused":
+        "gloo 在本机的回环接口上监听（{why}），本机其他 {n} 个账户可以连接它：每个进程组在使用之前，都会检查它的每个连接是否属于你，其他账户的连接会被拒绝",
+    "; for a private network ({cause}), an administrator can run: {fix}":
+        "；要得到私有网络（{cause}），管理员可以运行：{fix}",
+    "the account {account} connected to the ranks' gloo ports {n} time(s) while groups formed ({taken} had taken a rank's connection): each refused before any data moved, and the group formed without it":
+        "账户 {account} 在进程组组建期间 {n} 次连接了各 rank 的 gloo 端口（其中 {taken} 次占用了某个 rank 的连接）：每次都在任何数据传输之前被拒绝，进程组在没有它的情况下组建完成",
     "starting {n} ranks: controller ...":
         "正在启动 {n} 个 rank：控制器……",
     "starting {n} {engines}: {up}/{n} up":
@@ -159,8 +163,8 @@ ZH = {
         "TCP → {controller}，{signed}，{encrypted}",
     "the ranks live in a network namespace of their own: no other account can reach gloo's ports":
         "rank 运行在进程池自己的网络命名空间里：本机其他账户连不到 gloo 的端口",
-    "on this machine's loopback ({why}): other accounts can connect to its ports and break a collective (ddplab recovers), not read data or run code":
-        "在本机的回环接口上（{why}）：本机其他账户可以连接它的端口，能打断一次集合通信（ddplab 会恢复），但读不到数据，也不能运行代码",
+    "on this machine's loopback ({why}): before a group is used, each of its connections is checked to be yours (another account's is refused and the group formed again without it), and its ports then admit nobody":
+        "在本机的回环接口上（{why}）：每个进程组在使用之前，都会检查它的每个连接是否属于你（其他账户的连接会被拒绝，进程组在没有它的情况下重新组建），之后它的端口不再接受任何人",
     "TCP between the hosts, unauthenticated (as in any PyTorch job): use a network you trust":
         "主机之间的 TCP，没有认证（与任何 PyTorch 作业一样）：只在可信的网络里使用",
     "a socket file in the pool's private folder":

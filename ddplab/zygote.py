@@ -1,7 +1,8 @@
 """A fork server for a pool's processes: it imports torch (and everything an engine or the
 controller needs) once, then forks them with all of it already loaded.
 
-    python -m ddplab.zygote WORKDIR [--private-network]   (one JSON request per line on stdin, a reply on stdout)
+    python -m ddplab.zygote WORKDIR [--private-network] [--why-shared WHY]   (one JSON request per line on
+    stdin, a reply on stdout)
 
 Importing torch costs about 1.4 s of CPU per process, and torch._dynamo (which the first
 DistributedDataParallel() imports) 1.2 s more; four engines on two cores doing that in turn
@@ -16,6 +17,10 @@ interface exists: every process it forks, the pool's controller and ranks, then 
 other account of the machine can connect (gloo's ports included). ipyparallel and the telemetry
 talk over ipc:// socket files, which work across network namespaces. Its first reply says what
 it got: {"network": "private"}, or {"network": "shared", "why": "..."} where the machine refuses.
+A namespace is tried in a child process first: one that can be made but not completed (its uid
+map or loopback refused) is never entered. Should the zygote itself still fail half-way, it
+replies {"network": "broken", "why": ...} and exits; the notebook starts another on the machine's
+network, which says why (--why-shared).
 
 It imports in stages and says when each is done: {"ready": "controller"} once ipyparallel is in
 (a controller can be forked then, and starts while torch is imported), {"ready": "engine"} when
@@ -68,7 +73,38 @@ CLONE_NEWUSER, CLONE_NEWNET = 0x10000000, 0x40000000
 
 def isolate():
     """Move this (single-threaded) process into a new network namespace with its loopback up.
-    Returns None, or why it could not (the machine's refusal, in words)."""
+    Returns None, or why it could not (the machine's refusal, in words). A namespace that cannot
+    be completed (made, but its uid map or loopback refused) is never entered: a child process
+    tries first, and this process follows only where the child got all of it."""
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the trial: whatever it makes ends with it
+        os.close(read)
+        try:
+            why = _enter_namespace()
+        except BaseException as exc:  # noqa: BLE001 - said to the parent, which decides
+            why = f"the private network namespace could not be set up ({exc})"
+        os.write(write, (why or "").encode()[:4000])
+        os._exit(0)
+    os.close(write)
+    with os.fdopen(read, "rb") as f:
+        why = f.read().decode() or None
+    os.waitpid(pid, 0)
+    if why is not None:
+        return why
+    why = _enter_namespace()
+    if why is not None:  # what the child could do, this process could not: half made, and cannot be undone
+        raise NamespaceBroken(why)
+    return None
+
+
+class NamespaceBroken(RuntimeError):
+    """This process entered a network namespace it could not complete (the notebook starts another zygote)."""
+
+
+def _enter_namespace():
+    """unshare into a network namespace (with a user namespace that maps the user to itself, when
+    not root) and bring its loopback up; None, or why not."""
     import ctypes
 
     libc = ctypes.CDLL(None, use_errno=True)
@@ -87,7 +123,7 @@ def isolate():
                     f.write(text)
         loopback_up()
     except OSError as exc:
-        return f"the private network namespace could not be set up ({exc})"
+        return f"a private network namespace was made but could not be completed ({exc}), so it is not used"
     return None
 
 
@@ -225,7 +261,14 @@ def main(argv=None):
     argv = argv or sys.argv[1:]
     workdir = argv[0]
     requests, replies = sys.stdin, sys.stdout
-    why = isolate() if "--private-network" in argv else "not asked for (DDPLab.private_network = False)"
+    try:
+        why = isolate() if "--private-network" in argv else "not asked for (DDPLab.private_network = False)"
+    except NamespaceBroken as exc:
+        replies.write(json.dumps({"network": "broken", "why": str(exc)}) + "\n")
+        replies.flush()
+        return
+    if "--why-shared" in argv:  # a zygote before this one could not complete its namespace: said so again
+        why = argv[argv.index("--why-shared") + 1]
     replies.write(json.dumps({"network": "private"} if why is None else {"network": "shared", "why": why}) + "\n")
     replies.flush()
     exits = os.path.join(workdir, "exits")
@@ -269,6 +312,7 @@ def main(argv=None):
 log = logging.getLogger("ddplab")
 _zygote = None
 _zygote_lock = threading.Lock()
+_broken = None  # why a zygote could not complete its private network namespace: the next ones use the machine's
 
 
 def zygote():
@@ -277,14 +321,26 @@ def zygote():
     from .config import tunables
 
     global _zygote
-    private = tunables().private_network
+    private = tunables().private_network and _broken is None
     with _zygote_lock:
         if _zygote is not None and _zygote.proc.poll() is None and _zygote.private_network_asked != private:
             log.info("DDPLab.private_network is now %s: the engine fork server starts again", private)
             _zygote.stop()
         if _zygote is None or _zygote.proc.poll() is not None:
-            _zygote = Zygote(private)
+            _zygote = Zygote(private, why_shared=_broken if tunables().private_network else None)
         return _zygote
+
+
+def started_zygote():
+    """zygote(), once it has said where its forks live; one that entered a network namespace it could
+    not complete (which cannot be undone) is replaced by one on the machine's network, which says why."""
+    z = zygote()
+    try:
+        z.wait_network()
+    except NamespaceBroken:
+        z = zygote()
+        z.wait_network()
+    return z
 
 
 def running_zygote():
@@ -305,13 +361,14 @@ class Zygote:
     """The notebook's handle on a zygote process: ask it to fork, read how its children ended.
     Its folder (0700) holds the exit codes of what it forked."""
 
-    def __init__(self, private_network=True):
+    def __init__(self, private_network=True, why_shared=None):
         self.workdir = tempfile.mkdtemp(prefix="ddplab-zygote-")
         # one thread while importing: each fork sets its own share (torch.set_num_threads)
         env = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
         self.private_network_asked = private_network
         self.proc = subprocess.Popen([sys.executable, "-m", "ddplab.zygote", self.workdir,
-                                      *(["--private-network"] if private_network else [])], stdin=subprocess.PIPE,
+                                      *(["--private-network"] if private_network else []),
+                                      *(["--why-shared", why_shared] if why_shared else [])], stdin=subprocess.PIPE,
                                      stdout=subprocess.PIPE, text=True, env=env, start_new_session=True)
         self.lock = threading.Lock()
         self.stages = []  # the stages it has said are loaded
@@ -321,10 +378,15 @@ class Zygote:
     def network(self):
         """("private", None) if what it forks lives in a network namespace of its own, else
         ("shared", why)."""
+        self.wait_network()
+        return self._network["network"], self._network.get("why")
+
+    def wait_network(self):
+        """Wait for the zygote's first reply (where its forks live); NamespaceBroken if it could not
+        complete its namespace (it has exited)."""
         with self.lock:
             while self._network is None:
                 self._reply()
-        return self._network["network"], self._network.get("why")
 
     @property
     def pid(self):
@@ -339,8 +401,12 @@ class Zygote:
         if "ready" in reply:
             self.stages.append(reply["ready"])
         if "network" in reply:
-            self._network = reply
             log.info("engine fork server: network %s%s", reply["network"], f" ({reply['why']})" if "why" in reply else "")
+            if reply["network"] == "broken":
+                global _broken
+                _broken = reply["why"]
+                raise NamespaceBroken(reply["why"])
+            self._network = reply
         return reply
 
     def wait_ready(self, stage="engine"):
