@@ -19,7 +19,9 @@ class _Replies:  # stands in for the cell's replies: no engines here, no rank ev
 
 n, seconds = {ranks}, {seconds}
 import secrets
-live, telemetry, view = Live.new(n), Telemetry("tcp://127.0.0.1", secrets.token_bytes(32)), Dashboard(n)
+import tempfile
+where = "ipc://" + tempfile.mkdtemp(prefix="ddplab-bench-")  # (a local pool's telemetry: a socket file)
+live, telemetry, view = Live.new(n), Telemetry(where, secrets.token_bytes(32)), Dashboard(n)
 live.run_state.set_all(state.INIT); live.run_state.set_all(state.READY)
 view.show()
 live.run_state.begin_cell(list(range(n)), time.monotonic())

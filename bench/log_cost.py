@@ -25,8 +25,10 @@ def noop(loss=None, samples=None, step=None, **scalars):
 def run(quick=False):
     calls, repeats = (20_000, 2) if quick else (200_000, 5)
     import secrets
+    import tempfile
 
-    sink = Telemetry("tcp://127.0.0.1", secrets.token_bytes(32))
+    folder = tempfile.mkdtemp(prefix="ddplab-bench-")  # (a local pool's telemetry: a socket file)
+    sink = Telemetry(f"ipc://{folder}", secrets.token_bytes(32))
     rank.RANK.sender.connect(sink.address, sink.key, sink.generation)
     loss = torch.tensor(0.5, requires_grad=True) * 2  # a loss as training makes it
     empty, floats, tensors, received = [], [], [], 0
@@ -38,6 +40,7 @@ def run(quick=False):
         received = sum(len(b) for b in sink.batches())
         rank.RANK.forget()
     sink.close()
+    __import__("shutil").rmtree(folder, ignore_errors=True)
     return [result("log", "ddplab.log(loss=<tensor>, samples=64), amortized (us per call)", tensors, unit="us",
                    target=("<=", 5.0), float_loss_us=floats, empty_call_us=empty,
                    points_sent_live=f"{received} of {2 * calls} in the last repeat")]

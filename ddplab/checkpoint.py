@@ -7,10 +7,14 @@ save writes to a temporary file next to the target (created exclusively, with a 
 mode 0600: no symlink is followed, nothing someone else made is reused), fsyncs it and renames it
 over the target, so a process killed while saving leaves the previous checkpoint whole. load reads tensors and
 plain values only (torch.load's weights_only): a file someone else put at that path cannot run
-code in the ranks. Works without a process group too (one process is rank 0).
+code in the ranks. What rank 0 read reaches the others as data, never as a pickle: the state's
+shape as JSON (dicts, lists, numbers, strings) and every tensor's bytes in one uint8 tensor, each
+sent with dist.broadcast (broadcast_object_list would unpickle whatever arrives). Works without a
+process group too (one process is rank 0).
 """
 import contextlib
 import glob
+import json
 import os
 import stat
 import tempfile
@@ -76,25 +80,101 @@ def load_extra(path):
     return _read_and_broadcast(path)["extra"]
 
 
+ERRORS = {e.__name__: e for e in (OSError, FileNotFoundError, PermissionError, IsADirectoryError, NotADirectoryError,
+                                  ValueError, RuntimeError)}  # what rank 0 may report, re-raised as such on every rank
+
+
 def _read_and_broadcast(path):
     """Rank 0 reads; every rank gets the state, or raises what rank 0 met (none is left waiting
     in the broadcast for a rank that failed)."""
-    box = [None]
+    state = error = None
     if _rank() == 0:
         try:
-            box[0] = torch.load(os.fspath(path), map_location="cpu", weights_only=True)
+            state = torch.load(os.fspath(path), map_location="cpu", weights_only=True)
         except Exception as exc:  # noqa: BLE001 - every rank raises what rank 0 met
             if type(exc).__name__ == "UnpicklingError":  # objects whose loading would run code: never loaded
-                box[0] = ValueError(f"{path} holds more than tensors and plain values, so ddplab does not load it "
-                                    "(a file someone else wrote could run code): save extras as numbers, strings, "
-                                    "lists, dicts or tensors, or read a file you trust with "
-                                    "torch.load(path, weights_only=False)")
+                error = ValueError(f"{path} holds more than tensors and plain values, so ddplab does not load it "
+                                   "(a file someone else wrote could run code): save extras as numbers, strings, "
+                                   "lists, dicts or tensors, or read a file you trust with "
+                                   "torch.load(path, weights_only=False)")
             elif isinstance(exc, OSError):  # missing, a folder, not allowed
-                box[0] = exc
-            else:  # (as text: not every exception survives the broadcast's pickling)
-                box[0] = RuntimeError(f"could not read checkpoint {path}: {type(exc).__name__}: {exc}")
+                error = exc
+            else:
+                error = RuntimeError(f"could not read checkpoint {path}: {type(exc).__name__}: {exc}")
     if dist.is_initialized():
-        dist.broadcast_object_list(box, src=0)
-    if isinstance(box[0], Exception):
-        raise box[0]
-    return box[0]
+        state, error = _broadcast(state, error)
+    if error is not None:
+        raise error
+    return state
+
+
+def _broadcast(state, error):
+    """Rank 0's (state, error) on every rank, as data: a JSON header, then the tensors' bytes."""
+    if _rank() == 0:
+        tensors = []
+        try:
+            header = {"state": _plain(state, tensors)} if error is None else {}
+        except TypeError as exc:  # (weights_only lets through a few types JSON cannot say)
+            header, tensors = {}, []
+            error = RuntimeError(f"could not send the checkpoint to the other ranks: {exc}")
+        if error is not None:
+            header = {"error": [type(error).__name__ if type(error).__name__ in ERRORS else "RuntimeError", str(error)]}
+        header["tensors"] = [[str(t.dtype).removeprefix("torch."), list(t.shape)] for t in tensors]
+        text = torch.frombuffer(bytearray(json.dumps(header).encode()), dtype=torch.uint8)
+        payload = torch.cat([t.detach().contiguous().reshape(-1).view(torch.uint8) for t in tensors]) if tensors \
+            else torch.empty(0, dtype=torch.uint8)
+        sizes = torch.tensor([text.numel(), payload.numel()], dtype=torch.int64)
+    else:
+        sizes = torch.empty(2, dtype=torch.int64)
+    dist.broadcast(sizes, src=0)
+    if _rank() != 0:
+        text, payload = (torch.empty(int(n), dtype=torch.uint8) for n in sizes)
+    dist.broadcast(text, src=0)
+    dist.broadcast(payload, src=0)
+    if _rank() == 0:
+        return state, error
+    header = json.loads(bytes(text.numpy()))
+    if "error" in header:
+        kind, message = header["error"]
+        return None, ERRORS.get(kind, RuntimeError)(message)
+    tensors, offset = [], 0
+    for dtype, shape in header["tensors"]:
+        dtype = getattr(torch, dtype)
+        n = torch.Size(shape).numel() * torch.empty(0, dtype=dtype).element_size()
+        tensors.append(payload[offset:offset + n].clone().view(dtype).reshape(shape))  # (a copy: aligned for its dtype)
+        offset += n
+    return _restore(header["state"], tensors), None
+
+
+def _plain(value, tensors):
+    """`value` as JSON-able data; its tensors appended to `tensors` (and named by their place)."""
+    if isinstance(value, torch.Tensor):
+        tensors.append(value)
+        return {"tensor": len(tensors) - 1}
+    if isinstance(value, dict):
+        return {"dict": [[_plain(k, tensors), _plain(v, tensors)] for k, v in value.items()]}
+    if isinstance(value, (list, tuple)):
+        return {"list" if isinstance(value, list) else "tuple": [_plain(v, tensors) for v in value]}
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return {"value": value}
+    if isinstance(value, (torch.dtype, torch.Size)):
+        return {"dtype": str(value).removeprefix("torch.")} if isinstance(value, torch.dtype) else \
+            {"size": list(value)}
+    raise TypeError(f"{type(value).__name__} is not a tensor or a plain value")
+
+
+def _restore(data, tensors):
+    """The value _plain described."""
+    kind, value = next(iter(data.items()))
+    if kind == "tensor":
+        return tensors[value]
+    if kind == "dict":
+        return {_restore(k, tensors): _restore(v, tensors) for k, v in value}
+    if kind in ("list", "tuple"):
+        items = [_restore(v, tensors) for v in value]
+        return items if kind == "list" else tuple(items)
+    if kind == "dtype":
+        return getattr(torch, value)
+    if kind == "size":
+        return torch.Size(value)
+    return value

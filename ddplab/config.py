@@ -132,11 +132,14 @@ def show_log(level):
     import logging
     import sys
 
+    from .privacy import REDACT
+
     logger = logging.getLogger("ddplab")
     logger.setLevel(level)
     if not any(getattr(h, "_ddplab", False) for h in logger.handlers):
         handler = logging.StreamHandler(sys.stderr)
         handler.setFormatter(logging.Formatter("ddplab [%(levelname)s] %(message)s"))
+        handler.addFilter(REDACT)  # no key in a log line, whichever of ddplab's loggers made it
         handler._ddplab = True
         logger.addHandler(handler)
 

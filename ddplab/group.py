@@ -23,7 +23,7 @@ class Group:
         self.generation = 0
         self.info = []  # per rank, what it reported on joining: rank, engine, pid, host, threads, ports
         self.knobs = {}  # the Lab's knobs: a rank that joins (a restarted one) gets them too
-        self.store_public = None  # CurveZMQ public key of rank 0's store (an encrypted pool across hosts)
+        self.store_public = None  # CurveZMQ public key of rank 0's store (a signed store: members.py)
         self.where = None  # the rendezvous of the last forming (file://..., signed://host:port)
         self.timeline = True  # ranks record their timeline (Records.recording)
         self.clock_offsets = {}  # rank -> its host's monotonic clock minus the notebook's (0 on this machine)
@@ -42,18 +42,20 @@ class Group:
         if self.telemetry is not None:
             self.telemetry.generation = self.generation  # batches of the forming before are late from now
         key = self.telemetry.key if self.telemetry else b""
-        self.where, self.store_public = pool.rendezvous(self.generation, key)
+        member = self.telemetry.member if self.telemetry else None  # the pool's member key pair (members.py)
+        self.where, self.store_public = pool.rendezvous(self.generation, key, member)
         where = self.where
         if say:
             say("starting {n} ranks: forming the gloo group", n=n)
-        address, key = (self.telemetry.address, self.telemetry.key) if self.telemetry else (None, b"")
+        address = self.telemetry.address if self.telemetry else None
         threads = pool.threads_per_rank(cfg.threads)
         ifnames = [f["ifname"] for f in pool.facts] if pool.facts else [None] * n
-        serverkey = self.telemetry.public if self.telemetry else None
+        curve = {"member": member, "telemetry": self.telemetry.public if self.telemetry else None,
+                 "store": self.store_public}
         compile_folder = pool.compile_folder()
         ars = [client[eid].apply_async(call, "join", r, n, where, cfg.timeout, threads[r], address, tunables().flush,
-                                       key, ifnames[r], self.knobs, cfg.lang, self.generation, serverkey,
-                                       self.store_public, compile_folder, self.timeline)
+                                       key, ifnames[r], self.knobs, cfg.lang, self.generation, curve,
+                                       compile_folder, self.timeline)
                for r, eid in enumerate(eids)]
         for ar in ars:
             if not ar.wait(max(0.0, deadline - time.perf_counter())):

@@ -15,8 +15,6 @@ import socket
 import tempfile
 import time
 
-import zmq
-
 from .errors import BadRequest, StartFailed
 from .owned import OwnedCluster, ipp_log
 from .pool import Pool, guard_client, log
@@ -58,17 +56,9 @@ class HostsPool(Pool):
         """TCP on the address this machine uses toward the controller (signed: wire.py)."""
         return f"tcp://{route_to(self.controller_ip())}"
 
-    def rendezvous(self, generation, key):
-        """The signed store rank 0 serves on its own address (store.py); a CurveZMQ key pair per
-        forming when the pool is encrypted (the secret reaches rank 0 over ipyparallel's encrypted channel)."""
-        from .rank import call
-
-        address = self.facts[0]["ip"]
-        public = secret = None
-        if self.encrypted:
-            public, secret = zmq.curve_keypair()
-        port = self.client[self.engine_ids[0]].apply_sync(call, "serve_store", address, key, generation, secret)
-        return f"signed://{address}:{port}", public
+    def rendezvous(self, generation, key, member):
+        """The signed store rank 0 serves on its own address, for the pool's members (store.py)."""
+        return self.signed_store(self.facts[0]["ip"], key, generation, member)
 
     def rendezvous_text(self):
         return f"signed store on rank 0 ({self.facts[0]['ip']})" if self.facts else "signed store on rank 0"

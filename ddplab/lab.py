@@ -30,6 +30,7 @@ from .export import Export
 from .group import Group
 from .knobs import Knobs
 from .pools import make_pool
+from .privacy import REDACT
 from .records import Records
 from .report import Report
 from .running import Runner, watch
@@ -137,7 +138,8 @@ class Lab:
                 self.config = replace(self.config, ranks=len(engines))
                 self.live = Live.new(len(engines))
             self.run_state.set_all(st.INIT)
-            self.telemetry = Telemetry(self.pool.telemetry_where(), secrets.token_bytes(32), curve=self.pool.encrypted)
+            self.telemetry = Telemetry(self.pool.telemetry_where(), secrets.token_bytes(32))
+            REDACT.hide(self.telemetry.key, self.telemetry.member[1])
             self.group = Group(self.pool, self.config, self.telemetry)
             self.form(deadline, say)
         except BaseException as exc:

@@ -6,7 +6,6 @@ port but gloo's, and those live in the zygote's network namespace where the mach
 """
 import os
 import signal
-import socket
 import time
 
 from .config import tunables
@@ -50,8 +49,10 @@ class LocalPool(OwnedCluster, Pool):
         return ["--IPController.transport=ipc", f"--IPController.ip={os.path.join(self.workdir, 'ipp')}"]
 
     def engine_config(self, config):
-        if not self.forked:  # no nanny: it listens on a TCP port (engines here are signalled by pid)
-            config.LocalEngineSetLauncher.engine_args = ["--IPEngine.enable_nanny=False"]
+        if not self.forked:  # as forked engines: no TCP port of ipyparallel's. No nanny (it listens on one; engines
+            # here are signalled by pid), and no watching the controller's pings (a SUB socket bound on 127.0.0.1)
+            config.LocalEngineSetLauncher.engine_args = ["--IPEngine.enable_nanny=False",
+                                                        "--IPEngine.max_heartbeat_misses=0"]
         return config
 
     def environment(self):
@@ -102,21 +103,19 @@ class LocalPool(OwnedCluster, Pool):
     def telemetry_where(self):
         return f"ipc://{self.workdir}"  # a socket file in the private folder: other users cannot reach it
 
-    def rendezvous(self, generation, key):
+    def rendezvous(self, generation, key, member):
         if self.rendezvous_asked == "file":
             path = os.path.join(self.workdir, f"rendezvous-{generation}")
             os.close(os.open(path, os.O_WRONLY | os.O_CREAT, 0o600))  # torch's FileStore keeps this mode
             return "file://" + path, None
-        host, _, port = self.rendezvous_asked[len("tcp://"):].rpartition(":")  # torch's TCPStore, asked for
-        host = host or "127.0.0.1"
-        if port in ("", "0"):
-            with socket.socket() as s:
-                s.bind((host, 0))
-                port = s.getsockname()[1]
-        return f"tcp://{host}:{port}", None
+        # asked for TCP: ddplab's signed store on rank 0 at that address, for the pool's members only
+        # (torch's TCPStore would accept anyone, and listens on every interface whatever host it is given)
+        host, _, port = self.rendezvous_asked[len("tcp://"):].rpartition(":")
+        return self.signed_store(host or "127.0.0.1", key, generation, member, int(port or 0))
 
     def rendezvous_text(self):
-        return "file (private folder)" if self.rendezvous_asked == "file" else self.rendezvous_asked
+        return "file (private folder)" if self.rendezvous_asked == "file" else \
+            f"signed store on rank 0 ({self.rendezvous_asked[len('tcp://'):]})"
 
     # ------------------------------------------------------------------ its processes
     def _gone_why(self, rank):

@@ -18,11 +18,14 @@ import psutil
 
 from .config import tunables
 from .errors import StartFailed
+from .privacy import REDACT
 from .system import is_gone, kill, wait_gone
 from .words import plural
 
 log = logging.getLogger("ddplab")
 ipp_log = logging.getLogger("ddplab.ipyparallel")  # what ipyparallel logs about the pool (DDPLab.debug)
+for _logger in (log, ipp_log):  # (ipyparallel logs the scripts its launchers run, environment and keys included)
+    _logger.addFilter(REDACT)
 
 
 def private(folder):
@@ -56,7 +59,9 @@ class OwnedCluster:
         self.cluster = self.make_cluster()
         say("starting {n} ranks: controller ...", n=n)
         # the messages' HMAC key, also with CurveZMQ (which would otherwise turn signing off)
-        self.cluster.start_controller_sync(environment={"IPP_SESSION_KEY": secrets.token_hex(16)})
+        session_key = secrets.token_hex(16)
+        REDACT.hide(session_key)
+        self.cluster.start_controller_sync(environment={"IPP_SESSION_KEY": session_key})
         self.client = self.cluster.connect_client_sync()
         from .pool import guard_client
 

@@ -114,9 +114,19 @@ class Pool(abc.ABC):
         """Where the notebook's telemetry socket listens ("ipc://DIR" or "tcp://HOST")."""
 
     @abc.abstractmethod
-    def rendezvous(self, generation, key):
+    def rendezvous(self, generation, key, member):
         """Where the ranks meet for forming `generation` of the group: (address for rank.join, the
-        CurveZMQ public key of the store that serves it, or None)."""
+        CurveZMQ public key of the store that serves it, or None). member: the pool's member key
+        pair (members.py), which a store on TCP admits."""
+
+    def signed_store(self, address, key, generation, member, port=0):
+        """Rank 0 serves the signed store of this forming on `address` (store.py): (its address for
+        rank.join, its public key)."""
+        from .rank import call
+
+        port, public = self.client[self.engine_ids[0]].apply_sync(call, "serve_store", address, key, generation,
+                                                                  member[0], port)
+        return f"signed://{address}:{port}", public
 
     @abc.abstractmethod
     def exposure(self):

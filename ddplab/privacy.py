@@ -211,6 +211,45 @@ def other_accounts(login_defs="/etc/login.defs", proc="/proc"):
     return [found[uid] for uid in sorted(found)]
 
 
+class Redact:
+    """A logging filter that keeps keys out of log lines: the values of settings named like a key
+    (IPP_SESSION_KEY=..., "key": "...", a CurveZMQ secret) and every secret registered with
+    hide(). ipyparallel logs the script an SSH or batch launcher runs, environment and all
+    (DDPLab.debug); the 'ddplab' loggers pass through this filter."""
+
+    import re as _re
+
+    NAMED = _re.compile(r"""(?i)(\b[\w.-]*(?:key|secret|token|password)['"]?\s*[=:]\s*b?['"]?)([^\s'",}]+)""")
+
+    def __init__(self):
+        self.secrets = set()
+
+    def hide(self, *secrets):
+        """Never log these (bytes as hex and as text, or strings)."""
+        for secret in secrets:
+            if isinstance(secret, bytes):  # as hex, as text, and as Python writes bytes
+                self.secrets.update({secret.hex(), secret.decode("latin-1"), repr(secret)[2:-1]})
+            elif secret:
+                self.secrets.add(str(secret))
+
+    def text(self, text):
+        text = self.NAMED.sub(lambda m: m.group(1) + "<hidden>", text)
+        for secret in self.secrets:
+            if len(secret) >= 8:
+                text = text.replace(secret, "<hidden>")
+        return text
+
+    def filter(self, record):
+        message = record.getMessage()
+        hidden = self.text(message)
+        if hidden != message:
+            record.msg, record.args = hidden, None
+        return True
+
+
+REDACT = Redact()
+
+
 def namespace_refusal(proc="/proc"):
     """What keeps this machine from giving an ordinary account a private network namespace, and the
     setting an administrator can change: (cause, fix), or None if nothing known does."""

@@ -200,21 +200,24 @@ class Sender:
             elif command.get("cmd") == "timeline":
                 rank.recorder.enabled = bool(command.get("on"))
 
-    def connect(self, address, key, generation, serverkey=None):
+    def connect(self, address, key, generation, curve=None):
         """Connect the telemetry socket and hook cell start/end (once per engine). key: the pool's
-        telemetry key (every batch is signed with it); serverkey: the notebook's CurveZMQ public key
-        (the connection is then encrypted). A first, empty batch tells the notebook where this rank is."""
+        telemetry key (every batch is signed with it); curve: for a notebook on TCP, its public key and
+        the pool's member key pair (members.py: only members can connect; the traffic is encrypted).
+        A first, empty batch tells the notebook where this rank is."""
         import zmq
+
+        from .members import member_socket
 
         with self.rank.lock:  # a new forming: its batches and commands are counted afresh, on a new connection
             self._key, self.generation, self._seq, self._command_seq = key, generation, 0, 0
             self.cuttable = generation  # the forming whose cuts apply (none while a group forms: join())
             if self._sock is not None:
                 self._sock.close(linger=0)
-            self._sock = zmq.Context.instance().socket(zmq.DEALER)  # batches out; the notebook's commands in
-            if serverkey:
-                self._sock.curve_serverkey = serverkey.encode() if isinstance(serverkey, str) else serverkey
-                self._sock.curve_publickey, self._sock.curve_secretkey = zmq.curve_keypair()
+            if address.startswith("tcp://"):  # batches out; the notebook's commands in
+                self._sock = member_socket(zmq.DEALER, curve["telemetry"], curve["member"])
+            else:
+                self._sock = zmq.Context.instance().socket(zmq.DEALER)
             self._sock.setsockopt(zmq.SNDHWM, 1000)
             self._sock.setsockopt(zmq.LINGER, 1000)
             self._sock.connect(address)
@@ -254,7 +257,6 @@ class Rank:
         self.fault, self._last_log = None, None  # a fault drill set by %ddp_fault: {"kind", "at_step", "factor"}
         self.lock = threading.Lock()  # the columns and events, between the cell's thread and the sender's
         self.sender = Sender(self)
-        self._listener = None  # rank 0's rendezvous socket (a TCPStore unbound would listen on every interface)
 
     # ------------------------------------------------------------------ rank code's ddplab.*
     def knob(self, name, default=None):
@@ -354,18 +356,17 @@ class Rank:
 
     # ------------------------------------------------------------------ the group
     def join(self, rank, world_size, rendezvous, timeout, threads, telemetry=None, flush=0.25, key=b"", ifname=None,
-             knobs=None, lang="en", generation=0, telemetry_serverkey=None, store_serverkey=None, compile_cache=None,
-             timeline=True):
+             knobs=None, lang="en", generation=0, curve=None, compile_cache=None, timeline=True):
         """Join the gloo process group and preload the names every cell can use.
 
-        rendezvous is "file:///path" (a FileStore: opens no network port), "signed://host:port" (the
-        signed store rank 0 serves, store.py: across hosts), or "tcp://host:port" (rank 0 hosts a
-        TCPStore bound to that address only). ifname: the interface gloo uses (this rank's own,
-        toward its peers). telemetry is the notebook's zmq address for log() points, sent every
-        `flush` seconds and signed with `key` (it reaches the rank in this call: ipyparallel's signed
-        channel); telemetry_serverkey and store_serverkey: CurveZMQ public keys of the notebook's
-        telemetry socket and of rank 0's store (their traffic is then encrypted). compile_cache: the
-        folder torch.compile may use, checked here again (privacy.py); None: this host's default.
+        rendezvous is "file:///path" (a FileStore: opens no network port) or "signed://host:port" (the
+        signed store rank 0 serves, store.py: across hosts, or a local pool's rendezvous="tcp://...").
+        ifname: the interface gloo uses (this rank's own, toward its peers). telemetry is the
+        notebook's zmq address for log() points, sent every `flush` seconds and signed with `key`
+        (it reaches the rank in this call: ipyparallel's signed channel). curve: what connects to
+        ddplab's TCP sockets (members.py): {"member": the pool's key pair, "telemetry" and "store":
+        the servers' public keys}. compile_cache: the folder torch.compile may use, checked here again
+        (privacy.py); None: this host's default.
         """
         self.sender.flush_every, self.lang = flush, lang
         with self.lock:  # from now until connect(), no cut applies: one decoded for the forming being
@@ -391,17 +392,13 @@ class Rank:
         elif kind == "signed":
             from .store import SignedStore
 
-            store = SignedStore(f"tcp://{where}", store_key(key, generation), timeout=wait, serverkey=store_serverkey)
-        elif kind == "tcp":
-            host, _, port = where.rpartition(":")
-            store = dist.TCPStore(host, int(port), world_size, is_master=rank == 0, timeout=wait,
-                                  master_listen_fd=self._store_socket(host, int(port)) if rank == 0 else None)
+            store = SignedStore(f"tcp://{where}", store_key(key, generation), curve["store"], curve["member"], wait)
         else:
-            raise ValueError(f"unknown rendezvous {rendezvous!r}: use file:///path, signed://host:port or tcp://host:port")
+            raise ValueError(f"unknown rendezvous {rendezvous!r}: use file:///path or signed://host:port")
         from .guard import GUARD, install
 
         install(self.refused)  # every gloo group of this process: its connections checked before use
-        seen = len(GUARD.refused)
+        seen, listening = len(GUARD.refused), _listening_ports()
         init = getattr(dist.init_process_group, "__wrapped__", dist.init_process_group)
         init("gloo", store=store, rank=rank, world_size=world_size, timeout=wait)
         self.rank, self.world_size, self.formed = rank, world_size, True
@@ -409,7 +406,7 @@ class Rank:
         self.recorder.enabled = timeline
         self.recorder.follow()
         if telemetry:
-            self.sender.connect(telemetry, key, generation, telemetry_serverkey)
+            self.sender.connect(telemetry, key, generation, curve)
 
         _user_ns().update(rank=rank, world_size=world_size, torch=torch, dist=dist, nn=torch.nn,
                           ddplab=sys.modules[__name__])
@@ -420,7 +417,7 @@ class Rank:
             "threads": torch.get_num_threads(),
             "backend": dist.get_backend(),
             "stale": stale,
-            "ports": sorted(_listening_ports()),  # gloo's listeners, for close_group
+            "ports": sorted(_listening_ports() - listening),  # gloo's listeners, for close_group
             "compile_cache": compile_cache,
             "compile_refused": refused,
             "refused": GUARD.refused[seen:],  # connections of other accounts refused while the group formed
@@ -449,22 +446,15 @@ class Rank:
         """Cut this rank's links to its peers: every TCP connection to a gloo port of the group (`ports`:
         every rank's gloo listeners; and this rank's own listeners) is shut down, so a collective that
         waits on them fails ("Connection closed by peer") here and on the other side. Safe from another
-        thread than the one blocked in the collective: the descriptors stay gloo's."""
-        import psutil
+        thread than the one blocked in the collective: the descriptors stay gloo's, and each is shut
+        down only if it still is the socket listed (guard.shut_down)."""
+        from .guard import shut_down
+        from .privacy import connections
 
         ports = set(ports) | _listening_ports()
-        for c in psutil.Process().net_connections("tcp"):
-            if c.raddr and c.fd >= 0 and (c.laddr.port in ports or c.raddr.port in ports):
-                try:
-                    s = socket.socket(fileno=c.fd)
-                except OSError:  # closed since it was listed
-                    continue
-                try:
-                    s.shutdown(socket.SHUT_RDWR)
-                except OSError:  # not connected any more
-                    pass
-                finally:
-                    s.detach()  # gloo still owns the descriptor
+        for inode, fd, local, remote, _ in connections():
+            if local[1] in ports or remote[1] in ports:
+                shut_down(fd, inode)
 
     def close_group(self, ports=()):
         """Cut this (idle) rank's links and destroy its group, so peers waiting on it in a collective
@@ -488,18 +478,6 @@ class Rank:
             elif isinstance(value, dist.ProcessGroup):
                 names.append((name, "ProcessGroup"))
         return names
-
-    def _store_socket(self, host, port):
-        """A socket listening on host:port only, for rank 0's TCPStore: torch's own listens on every
-        interface whatever host it is given, and a TCPStore accepts anyone who reaches it."""
-        if self._listener is not None:
-            self._listener.close()
-        family = socket.AF_INET6 if ":" in host else socket.AF_INET
-        self._listener = socket.socket(family, socket.SOCK_STREAM)
-        self._listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        self._listener.bind((host, port))
-        self._listener.listen(128)
-        return self._listener.fileno()
 
     def reach(self, controller, ifname=None):
         """Where this engine is: host, pid, cores, and its IPv4 address and interface toward
@@ -527,11 +505,12 @@ class Rank:
         """This host's monotonic clock (the notebook aligns hosts' clocks with it)."""
         return time.monotonic()
 
-    def serve_store(self, address, key, generation, curve_secretkey=None):
-        """Rank 0: serve the signed rendezvous store of this forming on `address`; its port."""
+    def serve_store(self, address, key, generation, member, port=0):
+        """Rank 0: serve the signed rendezvous store of this forming on `address` (`port`, or a free
+        one), for the pool's members (`member`: its public member key); (its port, its public key)."""
         from . import store
 
-        return store.serve(address, store_key(key, generation), curve_secretkey)
+        return store.serve(address, store_key(key, generation), member, port)
 
     # ------------------------------------------------------------------ looking inside
     def debug_start(self):
@@ -555,9 +534,9 @@ def _user_ns():
 
 
 def _listening_ports():
-    import psutil
+    from .privacy import listening
 
-    return {c.laddr.port for c in psutil.Process().net_connections("tcp") if c.status == psutil.CONN_LISTEN}
+    return {port for _, port in listening().values()}
 
 
 def _destroy():

@@ -97,6 +97,9 @@ class Report:
         changed = [lab.run_state.notice(topic, text + " (not from this pool's ranks: ignored)")
                    for topic, text in news.items()]
         say = lab.config.say
+        if lab.telemetry is not None and lab.telemetry.refused:
+            changed.append(lab.run_state.notice(("refused", "telemetry"), say(
+                "{n} connection(s) without the pool's key refused by the telemetry socket", n=lab.telemetry.refused)))
         for account, (n, taken) in sorted(lab.live.refused.items()):
             changed.append(lab.run_state.notice(("refused", account), say(
                 "the account {account} connected to the ranks' gloo ports {n} time(s) while groups formed ({taken} had "

@@ -7,8 +7,8 @@ answer (a network namespace, a cluster node without reverse DNS) that costs 10 s
 an HMAC-SHA256 of its bytes with the pool's key (which reaches the ranks through ipyparallel's
 signed channel); what is not signed is dropped unread.
 
-    port = serve(address, key)                          # in rank 0: a thread answers requests
-    store = SignedStore(f"tcp://{address}:{port}", key)  # in every rank: a torch.distributed.Store
+    port, public = serve(address, key, member[0])                           # in rank 0: a thread answers
+    store = SignedStore(f"tcp://{address}:{port}", key, public, member)       # in every rank: a torch Store
 
 A request is [signature, JSON header, value]; the header names the operation (set, get, add,
 compare_set, wait, check, delete_key, num_keys), the client (random per store object) and the
@@ -17,9 +17,9 @@ last it answered for that client, so a signed request sent again (a replay) is d
 The key is the pool's key bound to one forming of the group (rank.store_key): nothing signed for an
 earlier forming is accepted. get and wait are answered when their keys exist (or with an error
 after the timeout the request carries). The store is bounded (MAX_* below: message size, keys,
-bytes, waiting requests, clients): beyond that a request is refused, never kept. With a CurveZMQ
-key pair (PoolConfig.encrypt) its traffic is encrypted too. zmq carries the bytes: it resolves no
-names.
+bytes, waiting requests, clients): beyond that a request is refused, never kept. Only the pool's
+members can connect at all (CurveZMQ, the client's key checked: members.py), so its traffic is
+encrypted too. zmq carries the bytes: it resolves no names.
 """
 import hashlib
 import hmac
@@ -32,6 +32,8 @@ from datetime import timedelta
 
 import torch.distributed as dist
 import zmq
+
+from .members import MembersOnly, member_socket
 
 _servers = []  # the servers of this process (rank 0): ended when the group is formed again
 log = logging.getLogger("ddplab")
@@ -50,12 +52,14 @@ def _sign(key, frames):
     return mac.digest()
 
 
-def serve(address, key, curve_secretkey=None):
-    """Start a store server bound to `address` (rank 0's own interface) on a free port; its port."""
+def serve(address, key, member, port=0):
+    """Start a store server bound to `address` (rank 0's own interface) on `port` (0: a free one),
+    admitting the pool's members only (members.py: `member` is the pool's public member key);
+    (its port, its CurveZMQ public key)."""
     stop()
-    server = _Server(address, key, curve_secretkey)
+    server = _Server(address, key, member, port)
     _servers.append(server)
-    return server.port
+    return server.port, server.public
 
 
 def stop():
@@ -64,17 +68,18 @@ def stop():
 
 
 class _Server:
-    def __init__(self, address, key, curve_secretkey=None):
+    def __init__(self, address, key, member, port=0):
         self.key, self.data, self.parked = key, {}, []  # parked: (deadline, peer, request) waiting for keys
         self.dropped = {}  # why -> count: unsigned, malformed, replayed, too much
         self.answered = {}  # client -> the number of its last request answered
-        self.socket = zmq.Context.instance().socket(zmq.ROUTER)
-        self.socket.setsockopt(zmq.LINGER, 0)
+        self.members = MembersOnly(zmq.ROUTER, member)
+        self.socket, self.public = self.members.socket, self.members.public
         self.socket.setsockopt(zmq.MAXMSGSIZE, MAX_MESSAGE)
-        if curve_secretkey:
-            self.socket.curve_server = True
-            self.socket.curve_secretkey = curve_secretkey.encode() if isinstance(curve_secretkey, str) else curve_secretkey
-        self.port = self.socket.bind_to_random_port(f"tcp://{address}")
+        if port:
+            self.socket.bind(f"tcp://{address}:{port}")
+            self.port = port
+        else:
+            self.port = self.socket.bind_to_random_port(f"tcp://{address}")
         self.stopping = threading.Event()
         self.thread = threading.Thread(target=self._loop, name="ddplab-store", daemon=True)
         self.thread.start()
@@ -100,7 +105,7 @@ class _Server:
                         self.dropped[why] = self.dropped.get(why, 0) + 1
                         log.debug("rendezvous store: a %s request dropped", why)
             self._retry_parked()
-        self.socket.close(linger=0)
+        self.members.close()
 
     def _handle(self, frames):
         """Answer or park one request; why it was dropped, or None."""
@@ -124,7 +129,12 @@ class _Server:
                             or sum(map(len, self.data.values())) + len(frames[3]) > MAX_BYTES):
             self._reply(frames[0], request, {"error": "the rendezvous store is full"})
             return "too much"
-        if not self._answer(frames[0], request, frames[3]):
+        try:
+            answered = self._answer(frames[0], request, frames[3])
+        except (ValueError, TypeError, KeyError, IndexError) as exc:  # signed, yet not a request this store can do
+            self._reply(frames[0], request, {"error": f"malformed request ({type(exc).__name__}: {exc})"})
+            return "malformed"
+        if not answered:
             if len(self.parked) >= MAX_PARKED:
                 self._reply(frames[0], request, {"error": "too many requests wait in the rendezvous store"})
                 return "too much"
@@ -145,6 +155,10 @@ class _Server:
     def _answer(self, peer, request, value):
         """Reply if the request can be answered now; False to park it until its keys exist."""
         op, keys, data = request["op"], request.get("keys", []), self.data
+        if op in ("set", "get", "add", "compare_set", "delete_key") and len(keys) != 1:
+            raise ValueError(f"{op} takes one key, not {len(keys)}")
+        if op == "add" and (isinstance(request.get("amount"), bool) or not isinstance(request.get("amount"), int)):
+            raise TypeError("add takes a whole number")
         if op in ("get", "wait") and not all(k in data for k in keys):
             return False
         out, reply = b"", {}
@@ -181,16 +195,13 @@ class _Server:
 class SignedStore(dist.Store):
     """A torch.distributed.Store whose server is `serve(...)` in rank 0 (see the module docstring)."""
 
-    def __init__(self, address, key, timeout=timedelta(seconds=300), serverkey=None):
+    def __init__(self, address, key, serverkey, member, timeout=timedelta(seconds=300)):
         super().__init__()
         self.address, self.key, self.wait_limit = address, key, timeout
         self.lock = threading.Lock()
-        self.socket = zmq.Context.instance().socket(zmq.DEALER)
+        self.socket = member_socket(zmq.DEALER, serverkey, member)
         self.socket.setsockopt(zmq.LINGER, 0)
         self.socket.setsockopt(zmq.MAXMSGSIZE, MAX_MESSAGE)
-        if serverkey:
-            self.socket.curve_serverkey = serverkey.encode() if isinstance(serverkey, str) else serverkey
-            self.socket.curve_publickey, self.socket.curve_secretkey = zmq.curve_keypair()
         self.socket.connect(address)
         self.client = secrets.token_hex(8)  # with next_id: each request is answered once
         self.next_id = 0

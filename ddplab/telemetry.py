@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 import zmq
 
 from . import wire
+from .members import MembersOnly
 from .metrics import LiveMetrics
 from .state import RunState
 
@@ -52,8 +53,9 @@ class Telemetry:
     commands: command()), and the drops it saw.
 
     where: "ipc://DIR" (a socket file in the pool's private folder: other users cannot reach it)
-    or "tcp://HOST" (ranks on other hosts; a random port; with curve=True encrypted by CurveZMQ,
-    the ranks given `public` as the server's key). Every batch must carry the pool's signature
+    or "tcp://HOST" (ranks on other hosts; a random port; CurveZMQ, admitting only clients with the
+    pool's `member` key pair, which the ranks are given with `public`, the server's key: members.py).
+    Every batch must carry the pool's signature
     and be newer than the last one accepted from its rank (wire.py); what is not is dropped before
     it is used, and counted by why and sender. A rank is reached by the connection its last good
     batch came on: nothing the connecting side claims (a socket name) routes a command.
@@ -66,16 +68,17 @@ class Telemetry:
     READ_SECONDS = 0.02
     MAX_PENDING = 20_000
 
-    def __init__(self, where, key, curve=False):
+    def __init__(self, where, key, member=None):
         self.key = key
-        self.socket = zmq.Context.instance().socket(zmq.ROUTER)
-        self.socket.setsockopt(zmq.LINGER, 0)
+        self.member = member or zmq.curve_keypair()  # the pool's member key pair (members.py): given to the ranks
+        self.public = self._server = None
+        if where.startswith("ipc://"):
+            self.socket = zmq.Context.instance().socket(zmq.ROUTER)
+            self.socket.setsockopt(zmq.LINGER, 0)
+        else:  # CurveZMQ, the ranks' key checked: a peer without it is refused before a frame is read
+            self._server = MembersOnly(zmq.ROUTER, self.member[0])
+            self.socket, self.public = self._server.socket, self._server.public
         self.socket.setsockopt(zmq.MAXMSGSIZE, 32 << 20)  # a frame larger than any batch: cut by zmq
-        self.public = None
-        if curve:  # CurveZMQ: what crosses hosts is encrypted; a peer without our public key cannot even talk
-            self.public, secret = zmq.curve_keypair()
-            self.socket.curve_server = True
-            self.socket.curve_secretkey = secret
         if where.startswith("ipc://"):
             self.address = f"{where.rstrip('/')}/telemetry"
             self.socket.bind(self.address)
@@ -189,9 +192,17 @@ class Telemetry:
             if not self._pending:
                 self.socket.poll(ms)
 
+    @property
+    def refused(self):
+        """Connections refused because they did not hold the pool's member key (TCP only)."""
+        return self._server.refused if self._server is not None else 0
+
     def close(self):
         with self._lock:
-            self.socket.close(linger=0)
+            if self._server is not None:
+                self._server.close()
+            else:
+                self.socket.close(linger=0)
 
 
 def _peer(frame):

@@ -130,6 +130,8 @@ ZH = {
         "本机还有 {n} 个其他账户；这个内核的通道：",
     "gloo listens on this machine's loopback ({why}), where its {n} other account(s) can connect: every connection of a group is checked to be yours before the group is used, and another account's is refused":
         "gloo 在本机的回环接口上监听（{why}），本机其他 {n} 个账户可以连接它：每个进程组在使用之前，都会检查它的每个连接是否属于你，其他账户的连接会被拒绝",
+    "{n} connection(s) without the pool's key refused by the telemetry socket":
+        "遥测套接字拒绝了 {n} 个没有进程池密钥的连接",
     "; for a private network ({cause}), an administrator can run: {fix}":
         "；要得到私有网络（{cause}），管理员可以运行：{fix}",
     "the account {account} connected to the ranks' gloo ports {n} time(s) while groups formed ({taken} had taken a rank's connection): each refused before any data moved, and the group formed without it":

@@ -187,10 +187,12 @@ print(say(f"every rank holds the same parameters (checksum {after_60[0][0]!r}) a
 # created exclusively, readable by its owner only, and never through a link someone planted; save
 # removes its own temporary files left by a save that was killed, and fsyncs the folder so that the
 # rename itself is durable.) `load(path, model, opt)` reads the file on rank 0 only, with
-# `torch.load(path, map_location="cpu", weights_only=True)`, sends it to the other ranks with
-# `dist.broadcast_object_list`, and on every rank calls `model.module.load_state_dict(...)` and
-# `opt.load_state_dict(...)`; it returns the step. If rank 0 cannot read the file, it broadcasts
-# the error instead, and every rank raises it: none is left waiting in the broadcast.
+# `torch.load(path, map_location="cpu", weights_only=True)`, sends it to the other ranks as data
+# (the state's shape as JSON and every tensor's bytes, each with `dist.broadcast`; not
+# `dist.broadcast_object_list`, which pickles, so a rank would load whatever arrived), and on every
+# rank calls `model.module.load_state_dict(...)` and `opt.load_state_dict(...)`; it returns the
+# step. If rank 0 cannot read the file, it broadcasts the error instead, and every rank raises it:
+# none is left waiting in the broadcast.
 #
 # Random number generator states are **not** in it. This loop does not need them: each step's batch
 # comes from a generator seeded with (step, rank). A loop that shuffles data or uses dropout with
@@ -227,7 +229,7 @@ print(say(f"every rank holds the same parameters (checksum {after_60[0][0]!r}) a
 # os.replace(tmp, path)                           # ……再重命名，而重命名是原子操作
 # ```
 #
-# 然后每个 rank 都在 `dist.barrier()` 中等待，直到文件写完。（临时文件以独占方式新建，只有所有者可读，绝不会顺着别人放下的链接写下去；save 会删除被杀掉的保存过程遗留下来的、它自己的临时文件，并对所在目录做 fsync，让重命名本身也持久生效。）`load(path, model, opt)` 只在 rank 0 上用 `torch.load(path, map_location="cpu", weights_only=True)` 读取文件，再用 `dist.broadcast_object_list` 发送给其他 rank，然后在每个 rank 上调用 `model.module.load_state_dict(...)` 和 `opt.load_state_dict(...)`；它返回步数。如果 rank 0 读不了这个文件，它就把遇到的错误广播出去，每个 rank 都抛出这个错误：没有哪个 rank 会一直等在广播里。
+# 然后每个 rank 都在 `dist.barrier()` 中等待，直到文件写完。（临时文件以独占方式新建，只有所有者可读，绝不会顺着别人放下的链接写下去；save 会删除被杀掉的保存过程遗留下来的、它自己的临时文件，并对所在目录做 fsync，让重命名本身也持久生效。）`load(path, model, opt)` 只在 rank 0 上用 `torch.load(path, map_location="cpu", weights_only=True)` 读取文件，再以数据的形式发送给其他 rank（状态的结构用 JSON，每个张量的字节用 `dist.broadcast`；不用 `dist.broadcast_object_list`，因为它用 pickle，rank 会加载收到的任何东西），然后在每个 rank 上调用 `model.module.load_state_dict(...)` 和 `opt.load_state_dict(...)`；它返回步数。如果 rank 0 读不了这个文件，它就把遇到的错误广播出去，每个 rank 都抛出这个错误：没有哪个 rank 会一直等在广播里。
 #
 # 检查点里**没有**随机数生成器的状态。这个循环不需要它：每一步的批次都来自一个以 (step, rank) 为种子的生成器。如果训练循环用 torch 的全局生成器来打乱数据或做 dropout，就还要保存每个 rank 的 `torch.get_rng_state()`（每个 rank 各有一份），恢复时用 `torch.set_rng_state` 设置回去。
 #

@@ -180,6 +180,40 @@ def test_a_checkpoint_that_cannot_be_read_fails_every_rank_at_once(pool, tmp_pat
     assert not marker.exists()
 
 
+def test_a_checkpoint_reaches_every_rank_as_data_never_as_a_pickle(pool, tmp_path):
+    """Adam's state (int keys, tuples, 0-dim step tensors), a bf16 buffer and extras come back equal on
+    every rank while the ranks cannot unpickle at all: what crosses gloo is JSON and tensor bytes."""
+    path = str(tmp_path / "adam.pt")
+    pool.run(f"""
+import pickle
+torch.manual_seed(rank)
+m = nn.Sequential(nn.Linear(3, 4), nn.Linear(4, 2))
+m.register_buffer("low", torch.arange(5, dtype=torch.bfloat16))
+opt = torch.optim.Adam(m.parameters(), lr=0.01, betas=(0.8, 0.9))
+m(torch.randn(6, 3)).sum().backward(); opt.step()
+ddplab.checkpoint.save({path!r}, m, opt, 7, note="n", losses=[1.5, float("inf")], mask=torch.ones(2, dtype=torch.bool))
+def refuse(*a, **k):
+    raise AssertionError("unpickled")
+saved = (pickle.loads, dist.broadcast_object_list)
+pickle.loads = dist.broadcast_object_list = refuse
+try:
+    m2 = nn.Sequential(nn.Linear(3, 4), nn.Linear(4, 2))
+    m2.register_buffer("low", torch.zeros(5, dtype=torch.bfloat16))
+    opt2 = torch.optim.Adam(m2.parameters(), lr=0.5)
+    step = ddplab.checkpoint.load({path!r}, m2, opt2)
+    extra = ddplab.checkpoint.load_extra({path!r})
+finally:
+    pickle.loads, dist.broadcast_object_list = saved
+""")
+    got = pool.gather("(step, extra['note'], extra['losses'], extra['mask'].tolist(), "
+                      "[p.tolist() for p in m2.state_dict().values()], opt2.state_dict()['param_groups'][0]['betas'], "
+                      "[float(s['step']) for s in opt2.state_dict()['state'].values()], m2.low.dtype)")
+    rank0 = pool.gather("[p.tolist() for p in m.state_dict().values()]", ranks=[0])[0]
+    for step, note, losses, mask, params, betas, steps, dtype in got:
+        assert (step, note, losses, mask, betas, steps) == (7, "n", [1.5, float("inf")], [True, True], (0.8, 0.9), [1.0] * 4)
+        assert params == rank0 and dtype == torch.bfloat16
+
+
 def test_a_run_resumed_on_four_ranks_ends_bit_for_bit_equal(pool, tmp_path):
     # with more than 2 ranks the gradient sum depends on the order in which the all-reduce adds
     # the ranks' values, i.e. on DDP's bucket layout, which changes after a DDP model's first step

@@ -8,6 +8,7 @@ of it is reachable) and one that lives on the machine's network as where the mac
 private namespace (engines started by ipyparallel: gloo on the shared loopback) with its telemetry
 on TCP, as a pool across hosts has it."""
 import os
+import re
 import secrets
 import shutil
 import stat
@@ -23,6 +24,7 @@ from ddplab import Lab
 from ddplab.dashboard import html
 from ddplab.errors import RankFailed
 from ddplab.localpool import LocalPool
+from ddplab.members import member_socket
 from ddplab.privacy import folder_problem, tcp_listeners
 
 from .second_user import finish, make_user, start_as
@@ -140,11 +142,13 @@ def test_junk_from_another_user_ends_every_cell_in_bounded_time(intruder, pool, 
         assert len({s["checksum"] for s in lab.gather("summary")}) == 1
     err = capfd.readouterr().err
     assert "Traceback" not in err and "DELIM" not in err, err[-2000:]
-    # the signed telemetry dropped the unsigned batches, and the dashboard says so, once, per sender
-    drops = {topic: text for topic, text in exposed.run_state.notices.items() if topic[0] == "unsigned"}
-    assert drops, exposed.run_state.notices
+    # the telemetry socket on TCP refused every connection without the pool's key (its handshake: not a
+    # frame of it was read, so nothing unsigned even arrived), and the dashboard says so, once
+    assert exposed.telemetry.refused > 0 and not [t for t in exposed.run_state.notices if t[0] == "unsigned"]
+    drops = {topic: text for topic, text in exposed.run_state.notices.items() if topic == ("refused", "telemetry")}
+    assert [re.sub(r"^\d+ ", "N ", t) for t in drops.values()] == \
+        ["N connection(s) without the pool's key refused by the telemetry socket"], exposed.run_state.notices
     header = html.header("", exposed.run_state, exposed.metrics, 0.0)
-    assert any("unsigned telemetry messages dropped from 127.0.0.1" in text for text in drops.values()), drops
     for text in drops.values():
         assert header.count(escape(text)) == 1
 
@@ -164,7 +168,8 @@ def test_a_replayed_telemetry_message_is_dropped_and_counted(exposed):
 
     sent, earlier = batch(gen, seq), batch(gen - 1, seq + 100)
     before = dict(exposed.telemetry.dropped)
-    sock = zmq.Context.instance().socket(zmq.DEALER)
+    # (as a member: someone who had the pool's member key pair, say from an unencrypted ipyparallel channel)
+    sock = member_socket(zmq.DEALER, exposed.telemetry.public, exposed.telemetry.member)
     sock.connect(exposed.telemetry.address)
     try:
         sock.send_multipart(sent)

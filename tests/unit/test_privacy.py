@@ -1,0 +1,150 @@
+"""What decides who else can reach a pool, checked without one: folders checked without following
+links (and inside the pool's user namespace, the notebook's own check standing for folders whose
+owner it cannot see), accounts counted through NSS and running processes, the setting an
+administrator can change for a private namespace, the kernel's view of socket owners, the filter
+programs that close gloo's listeners, and no key in a log line."""
+import io
+import logging
+import os
+import socket
+import struct
+from types import SimpleNamespace
+
+import pytest
+
+from ddplab import guard, privacy
+from ddplab.config import show_log
+from ddplab.owned import ipp_log
+
+
+def test_a_symbolic_link_above_a_folder_is_followed_and_checked_not_trusted(tmp_path):
+    real = tmp_path / "real"
+    real.mkdir(mode=0o755)
+    (real / "cache").mkdir(mode=0o700)
+    (tmp_path / "via").symlink_to(real)
+    assert privacy.folder_problem(tmp_path / "via" / "cache") is None  # a link of the user's own, to a safe place
+    os.chmod(real, 0o777)  # where it leads, anyone may swap the folder: refused, though the link itself is fine
+    assert "above it can be changed by others" in privacy.folder_problem(tmp_path / "via" / "cache")
+    if os.geteuid() != 0:
+        pytest.skip("the rest makes a link of another uid (CI runs as root)")
+    os.chmod(real, 0o755)
+    os.lchown(tmp_path / "via", 54321, 54321)  # a link someone else owns can be pointed elsewhere at any time
+    assert privacy.folder_problem(tmp_path / "via" / "cache") == f"{tmp_path / 'via'} above it is a symbolic link of uid 54321"
+
+
+def test_inside_the_pools_user_namespace_the_notebooks_check_stands_for_unmapped_owners(tmp_path, monkeypatch):
+    """In the pool's user namespace root's /home and another account's folder both show as the
+    overflow uid: the rank accepts such a folder above only for the path the notebook checked."""
+    if os.geteuid() != 0:
+        pytest.skip("makes a folder of the overflow uid (CI runs as root)")
+    above = tmp_path / "home"
+    above.mkdir(mode=0o755)
+    (above / "cache").mkdir(mode=0o700)
+    os.chown(above, 65534, 65534)
+    monkeypatch.setattr(privacy, "overflow_uid", lambda: 65534)
+    monkeypatch.setattr(privacy, "user_namespace", lambda: True)
+    assert "above it can be changed by" in privacy.folder_problem(above / "cache")
+    assert privacy.folder_problem(above / "cache", checked_outside=True) is None
+    monkeypatch.setattr(privacy, "user_namespace", lambda: False)  # outside a namespace 65534 is just another account
+    assert "above it can be changed by" in privacy.folder_problem(above / "cache", checked_outside=True)
+    os.chmod(above, 0o777)  # whoever owns it: writable by all is never accepted
+    monkeypatch.setattr(privacy, "user_namespace", lambda: True)
+    assert "above it can be changed by others" in privacy.folder_problem(above / "cache", checked_outside=True)
+
+
+def test_other_accounts_come_from_nss_and_from_running_processes(tmp_path, monkeypatch):
+    me = os.getuid()
+    people = [SimpleNamespace(pw_uid=me, pw_name="me", pw_shell="/bin/bash"),
+              SimpleNamespace(pw_uid=1001, pw_name="ldapstudent", pw_shell="/bin/bash"),  # from LDAP, say
+              SimpleNamespace(pw_uid=1002, pw_name="daemonish", pw_shell="/usr/sbin/nologin"),
+              SimpleNamespace(pw_uid=5, pw_name="games", pw_shell="/bin/sh")]
+    monkeypatch.setattr("pwd.getpwall", lambda: people)
+    proc = tmp_path / "proc"
+    for pid in ("1", "77", "78", "self"):
+        (proc / pid).mkdir(parents=True)
+    owners = {"1": 0, "77": 1777, "78": me}  # pid 77: an account NSS does not enumerate (SSSD's default)
+    real_stat = os.stat
+    monkeypatch.setattr(privacy.os, "stat", lambda p, *a, **k: SimpleNamespace(st_uid=owners[os.path.basename(p)])
+                        if str(p).startswith(str(proc)) else real_stat(p, *a, **k))
+    assert privacy.other_accounts(login_defs=str(tmp_path / "none"), proc=str(proc)) == ["ldapstudent", "uid 1777"]
+
+
+def test_the_setting_that_refuses_a_private_namespace_is_named(tmp_path):
+    def proc(**files):
+        root = tmp_path / str(len(list(tmp_path.iterdir())))
+        for path, text in files.items():
+            (root / path.replace("__", "/")).parent.mkdir(parents=True, exist_ok=True)
+            (root / path.replace("__", "/")).write_text(text)
+        return str(root)
+
+    cause, fix = privacy.namespace_refusal(proc(sys__kernel__apparmor_restrict_unprivileged_userns="1\n"))
+    assert "AppArmor" in cause and "kernel.apparmor_restrict_unprivileged_userns=0" in fix
+    cause, fix = privacy.namespace_refusal(proc(sys__user__max_user_namespaces="0\n"))
+    assert "user.max_user_namespaces=15000" in fix
+    cause, fix = privacy.namespace_refusal(proc(self__status="Name:\tpython\nSeccomp:\t2\n"))
+    assert "seccomp" in cause and "--security-opt seccomp=" in fix
+    assert privacy.namespace_refusal(proc(sys__user__max_user_namespaces="15000\n", self__status="Seccomp:\t0\n")) is None
+
+
+def test_the_kernel_names_the_owner_of_the_other_end_of_every_connection():
+    server = socket.create_server(("127.0.0.1", 0))
+    client = socket.create_connection(server.getsockname())
+    accepted, _ = server.accept()
+    try:
+        ours = {local: (remote, uid) for _, fd, local, remote, uid in privacy.connections()}
+        assert ours[client.getsockname()] == (server.getsockname(), os.getuid())
+        assert ours[accepted.getsockname()] == (client.getsockname(), os.getuid())
+        assert server.getsockname() in privacy.listening().values()
+        # the fast path (sock_diag) and /proc/net/tcp agree
+        assert {r for r in privacy.tcp_sockets() if r[2] == client.getsockname()} == \
+            {r for r in privacy.tcp_table() if r[2] == client.getsockname()}
+    finally:
+        for s in (client, accepted, server):
+            s.close()
+
+
+def test_a_gloo_listener_filter_admits_only_the_sources_given():
+    """The classic BPF the gate attaches: a listener closed to all, then opened to one source port."""
+    server = socket.create_server(("127.0.0.1", 0))
+    server.settimeout(0.3)
+    guard._attach(server.fileno(), [])  # nobody
+    knocked = socket.socket()
+    knocked.setblocking(False)
+    assert knocked.connect_ex(server.getsockname()) in (115, 0)  # EINPROGRESS: its SYN is dropped, not answered
+    with pytest.raises(TimeoutError):
+        server.accept()
+    other = socket.socket()
+    other.setblocking(False)
+    other.connect_ex(server.getsockname())
+    guard._attach(server.fileno(), [knocked.getsockname()])  # its retransmitted SYN (1 s) gets in; the other's not
+    server.settimeout(3)
+    accepted, source = server.accept()
+    assert source == knocked.getsockname()
+    server.settimeout(1.5)
+    with pytest.raises(TimeoutError):
+        server.accept()
+    for s in (accepted, knocked, other, server):
+        s.close()
+    assert guard.program([]) == [(guard.RET_K, 0, 0, 0), (guard.RET_K, 0, 0, 0xFFFFFFFF)]
+    assert struct.calcsize("HBBI") == 8  # struct sock_filter
+
+
+def test_no_key_reaches_a_log_line(monkeypatch):
+    """ipyparallel logs the script its SSH launcher runs, environment included (DDPLab.debug)."""
+    from ddplab.privacy import REDACT
+
+    stream = io.StringIO()
+    show_log("DEBUG")
+    handler = next(h for h in logging.getLogger("ddplab").handlers if getattr(h, "_ddplab", False))
+    monkeypatch.setattr(handler, "stream", stream)
+    key = os.urandom(16).hex()
+    REDACT.hide(key, b"\x00member-secret\x01")
+    try:
+        ipp_log.debug("Running script via ssh:\n%s", f"export IPP_SESSION_KEY={key}\nexport X=1\npython -m engine")
+        logging.getLogger("ddplab.zap").info("client %s with 'key': '%s'", "a", key)
+        logging.getLogger("ddplab").warning("sent %r", b"\x00member-secret\x01")
+    finally:
+        show_log("WARNING")
+    out = stream.getvalue()
+    assert key not in out and "member-secret" not in out and out.count("<hidden>") >= 3, out
+    assert "export X=1" in out and "python -m engine" in out
