@@ -28,7 +28,8 @@ class Group:
         self.timeline = True  # ranks record their timeline (Records.recording)
         self.clock_offsets = {}  # rank -> its host's monotonic clock minus the notebook's (0 on this machine)
         self.clock_error = 0.0  # how well the offsets are known (seconds: half the best round trip)
-        self.refused = []  # other accounts' gloo connections the ranks refused in the last forming (ddplab.guard)
+        self.refused = {}  # account -> [gloo connections refused, pairs taken] in the last forming (ddplab.guard)
+        self.formed = False  # the last forming succeeded
 
     def form(self, deadline, say=None):
         """(Re-)form the group on every rank. Returns (seconds, objects tied to the old group:
@@ -38,6 +39,7 @@ class Group:
         tic = time.perf_counter()
         pool, cfg = self.pool, self.config
         n, eids, client = cfg.ranks, pool.engine_ids, pool.client
+        self.formed = False  # until every rank has joined: a forming that fails is tried again (Lab.check_ranks)
         self.generation += 1
         if self.telemetry is not None:
             self.telemetry.generation = self.generation  # batches of the forming before are late from now
@@ -69,8 +71,12 @@ class Group:
         for i, facts in zip(self.info, pool.facts):
             i.update(address=facts["ip"], ifname=facts["ifname"])
         stale = sorted({tuple(s) for i in self.info for s in i.pop("stale", [])})
-        self.refused = [record for i in self.info for record in i.pop("refused", [])]  # (ddplab.guard)
+        self.refused = {}  # other accounts' gloo connections the ranks refused while it formed (ddplab.guard)
+        for i in self.info:
+            for account, (n, taken) in i.pop("refused", {}).items():
+                self.refused[account] = [a + b for a, b in zip(self.refused.get(account, [0, 0]), (n, taken))]
         self.clock_offsets, self.clock_error = pool.clock_offsets()
+        self.formed = True
         return time.perf_counter() - tic, stale
 
     def close(self, ranks):

@@ -21,29 +21,37 @@ ProcessGroupGloo, and before handing it back (so before any collective on it):
    disarmed (EPOLLONESHOT, fired);
 2. every member says in the group's store (a file in the pool's private folder, or ddplab's signed
    store: nobody else writes there) whether its group was taken; if any was, every member builds
-   the group again, with a fresh device (new listeners, new numbers): ATTEMPTS times at most;
-3. it seals the group's new listeners: a socket filter that drops every packet, so nobody can
-   connect to them any more (gloo needs them only while its pairs connect, which is done).
+   the group again, with a fresh device (new listeners, new numbers): ATTEMPTS times at most, then
+   GroupTaken names the account.
+
+Once formed, a group's listener serves nobody, but gloo keeps it open (only root may filter a TCP
+socket on recent kernels, so it cannot be closed to others). Each second the rank's telemetry
+thread shuts down other accounts' connections to it (sweep): gloo then closes those that have not
+sent their 8 bytes; one that has is held until the group ends. So that a flood of those does not run
+gloo out of descriptors (it aborts the process then), install() raises the rank's open-files limit
+to what the machine allows; a rank that dies of it anyway is restarted by the notebook (Lab).
+
+What this cannot do: keep a group from forming against an account that wins the race to each new
+listener, time after time (it can see each one the moment it opens, and gloo's numbers are
+predictable). That account reads nothing and runs nothing; it is named, and the group is not
+formed (GroupTaken). A network namespace of the pool's own (zygote.py) is the cure.
 
 Whoever tried is reported through `on_refused` (the rank tells the notebook, which names the
 account once). Where the ranks have a network namespace of their own, nobody else can connect and
-this costs one look at /proc and one store round trip per group. Linux only; elsewhere nothing is
-checked (said in the log). Private torch names it uses: distributed_c10d.ProcessGroupGloo.
+this costs one look through sock_diag and one store round trip per group (about 2 + 7 ms here).
+Linux only. Private torch names it uses: distributed_c10d.ProcessGroupGloo.
 """
-import ctypes
 import json
 import logging
 import os
 import resource
 import socket
-import struct
 
-from .privacy import SYN_SENT, connections, listening, socket_inodes, tcp_sockets
+from .privacy import connections, listening
 
 log = logging.getLogger("ddplab")
 ATTEMPTS = 5  # builds of one group before giving up (another account winning a race 5 times running)
 EPOLLIN, EPOLLONESHOT = 0x1, 1 << 30
-SO_ATTACH_FILTER = 26
 
 
 class GroupTaken(RuntimeError):
@@ -51,8 +59,9 @@ class GroupTaken(RuntimeError):
 
 
 def install(on_refused=None):
-    """Build every gloo backend of this process through GuardedGloo (idempotent); on_refused(record)
-    hears of each connection refused: {"uid", "account", "taken", "group"}. Also lets the rank hold
+    """Build every gloo backend of this process through GuardedGloo (idempotent); on_refused(account,
+    n, taken) hears of the connections of one account refused at once (n, of them `taken` had taken a
+    pair). Also lets the rank hold
     as many descriptors as the machine allows it (a flood of connections while a group forms must
     not run gloo out of them)."""
     import torch.distributed as dist
@@ -102,58 +111,85 @@ class GuardedGloo(metaclass=_Delegating):
 
 class Guard:
     def __init__(self):
+        import threading
+
         self.on_refused = None
-        self.refused = []  # every record, in order (the rank's join() returns those of its group)
-        self.groups = 0
+        self.refused = {}  # account -> [connections refused, of them pairs taken], since the process began
+        self.groups, self.takers = 0, set()  # (the accounts that took a pair of the group forming)
+        self.forming = threading.Lock()  # a sweep waits while a group forms (its check decides what was taken)
 
     def build(self, real, store, rank, size, args, kwargs):
+        with self.forming:
+            return self._build(real, store, rank, size, args, kwargs)
+
+    def _build(self, real, store, rank, size, args, kwargs):
         from torch.distributed import PrefixStore
 
         self.groups += 1
-        group = self.groups
+        group, self.takers = self.groups, set()
         for attempt in range(ATTEMPTS):
             where = store if attempt == 0 else PrefixStore(f"ddplab-guard-retry-{attempt}/", store)
-            before = listening()
-            if attempt == 0 or size == 1:
-                pg = real(where, rank, size, *args, **kwargs)
-            else:  # someone raced the last build: this one lets nobody else's connection in at all
-                pg = gated(real, where, rank, size, args, kwargs)
+            pg = real(where, rank, size, *args, **kwargs)
             if size == 1:
                 return pg
             taken = self.check(group)
             verdicts = self.agree(store, attempt, rank, size, taken)
             if not any(verdicts):
-                seal(set(listening()) - set(before))
                 return pg
             log.warning("gloo group %d, attempt %d: another account took a connection (ranks %s): built again",
                         group, attempt + 1, [r for r, t in enumerate(verdicts) if t])
             del pg  # its device goes with it: listeners, pairs, connections held for nobody
-        accounts = sorted({r["account"] for r in self.refused if r["group"] == group})
-        raise GroupTaken(f"the gloo group could not be formed: another account ({', '.join(accounts)}) took one of its "
-                         f"connections each of {ATTEMPTS} times it was built; ask an administrator to allow a private "
-                         "network namespace (%ddp_status says how)")
+        raise GroupTaken(f"the gloo group could not be formed: another account ({', '.join(sorted(self.takers))}) took "
+                         f"one of its connections each of {ATTEMPTS} times it was built; ask an administrator to allow "
+                         "a private network namespace (%ddp_status says how)")
 
     def check(self, group):
         """Shut down every gloo connection of this process (accepted by one of its listeners, or one
         gloo's event loop waits on) whose other end is another account's; True if gloo had given one
         of them to a pair (the group is taken)."""
-        me, armed, taken = os.getuid(), _epoll_armed(), False
+        me, armed, found = os.getuid(), _epoll_armed(), {}
         ports = {port for _, port in listening().values()}
         for inode, fd, local, _, uid in connections():
             if uid is None or uid == me:
                 continue  # ours, or not on this machine (a peer on another host)
             in_pair = armed is None or inode in armed  # (where gloo's epoll cannot be read: assume the worst)
-            if not in_pair and local[1] not in ports:
-                continue  # not gloo's: a connection the rank's own code made
-            taken |= in_pair
-            shut_down(fd, inode)
-            record = {"uid": uid, "account": _account(uid), "taken": in_pair, "group": group}
-            self.refused.append(record)
-            log.warning("a gloo connection from %s (uid %d) to port %d refused%s", record["account"], uid, local[1],
-                        " (it had taken a pair)" if in_pair else "")
+            if in_pair or local[1] in ports:  # (else not gloo's: a connection the rank's own code made)
+                shut_down(fd, inode)
+                counts = found.setdefault(uid, [0, 0])
+                counts[0] += 1
+                counts[1] += in_pair
+        self.tell(found)
+        return any(taken for _, taken in found.values())
+
+    def tell(self, found):
+        """Count and report {uid: [connections refused, of them pairs taken]}, one line an account."""
+        for uid, (n, taken) in found.items():
+            account = _account(uid)
+            if taken:
+                self.takers.add(account)
+            counts = self.refused.setdefault(account, [0, 0])
+            counts[0] += n
+            counts[1] += taken
+            log.warning("%d gloo connection(s) of %s (uid %d) refused%s", n, account, uid,
+                        f" ({taken} had taken a pair)" if taken else "")
             if self.on_refused is not None:
-                self.on_refused(record)
-        return taken
+                self.on_refused(account, n, taken)
+
+    def sweep(self):
+        """Between formings (the rank's telemetry thread, each second): shut down another account's
+        connections to this process's gloo listeners, which only a flood makes once the groups are
+        formed. gloo lets go of (closes) those that have not sent their 8 bytes yet; one that has is
+        kept by gloo until its group ends (its descriptor, not its data: nothing reads it)."""
+        if not self.forming.acquire(blocking=False):
+            return
+        try:
+            me, ports, found = os.getuid(), {port for _, port in listening().values()}, {}
+            for inode, fd, local, _, uid in connections():
+                if uid is not None and uid != me and local[1] in ports and shut_down(fd, inode):
+                    found.setdefault(uid, [0, 0])[0] += 1
+            self.tell(found)
+        finally:
+            self.forming.release()
 
     @staticmethod
     def agree(store, attempt, rank, size, taken):
@@ -227,130 +263,3 @@ def shut_down(fd, inode):
     finally:
         s.close()  # (the duplicate only)
     return True
-
-
-def seal(inodes):
-    """Drop every packet that reaches these listening sockets: nobody can connect to them any more."""
-    mine = socket_inodes()
-    for inode in inodes:
-        dup = _same_socket(mine[inode], inode) if inode in mine else None
-        if dup is not None:
-            _attach(dup, [])
-
-
-# ---------------------------------------------------------------- a gated build
-def gated(real, store, rank, size, args, kwargs):
-    """Build a ProcessGroupGloo whose listeners admit this account's own connections only. The
-    group's devices are made here, and each listener is closed to everyone at once (a socket filter
-    dropping every packet) before its address is published; while torch connects the pairs, a
-    thread looks for connections being opened to it (SYN_SENT, in /proc/net/tcp) by this account's
-    processes and opens the filter to exactly their source address and port. Nobody else's
-    connection reaches gloo. Only for listeners on this machine's loopback, where every peer's
-    socket can be seen (IPv4); costs the peers a retransmitted SYN (the kernel waits 1 s)."""
-    import datetime
-    import threading
-
-    timeout = kwargs.get("timeout", args[0] if args else datetime.timedelta(minutes=30))
-    if not isinstance(timeout, datetime.timedelta):  # built with an Options object: left as asked
-        return real(store, rank, size, *args, **kwargs)
-    interfaces = [i for i in os.environ.get("GLOO_SOCKET_IFNAME", "").split(",") if i]
-    before = set(os.listdir("/proc/self/fd"))
-    devices = [real.create_device(interface=i) for i in interfaces] or [real.create_default_device()]
-    gates = []
-    for fd in set(os.listdir("/proc/self/fd")) - before:  # the devices' listeners: closed to all, at once
-        gate = Gate.at(int(fd))
-        if gate is not None:
-            gates.append(gate)
-    options = real._Options()
-    options._devices, options._timeout, options._threads = devices, timeout, 2 * len(devices)
-    done = threading.Event()
-    watcher = threading.Thread(target=_open_gates, args=(gates, done), name="ddplab-gloo-gate", daemon=True)
-    watcher.start()
-    try:
-        return real(store, rank, size, options)
-    finally:
-        done.set()
-        watcher.join()
-        for gate in gates:
-            gate.close()
-
-
-class Gate:
-    """A listening socket whose filter admits a set of (IPv4 source, port) only."""
-
-    def __init__(self, dup, address):
-        self.dup, self.address, self.allowed = dup, address, set()
-        _attach(dup, [])
-
-    @classmethod
-    def at(cls, fd):
-        """A gate on `fd` if it is an IPv4 listening socket (closed to everyone), else None."""
-        try:
-            dup = os.dup(fd)
-        except OSError:  # closed meanwhile
-            return None
-        address = None
-        try:
-            s = socket.socket(fileno=dup)
-        except OSError:  # not a socket (gloo's epoll, an eventfd)
-            os.close(dup)
-            return None
-        try:
-            if s.family == socket.AF_INET and s.getsockopt(socket.SOL_SOCKET, socket.SO_ACCEPTCONN):
-                address = s.getsockname()
-        finally:
-            s.detach()
-        if address is None:
-            os.close(dup)
-            return None
-        return cls(dup, address)
-
-    def admit(self, source):
-        if source not in self.allowed:
-            self.allowed.add(source)
-            _attach(self.dup, sorted(self.allowed))
-
-    def close(self):
-        _attach(self.dup, [])  # sealed: the pairs are connected
-        os.close(self.dup)
-
-
-def _open_gates(gates, done):
-    me = os.getuid()
-    where = {gate.address: gate for gate in gates}
-    while not done.wait(0.05):  # (the peers resend their SYN after 1 s)
-        for _, _, local, remote, uid in tcp_sockets((SYN_SENT,)):
-            if uid == me and remote in where:
-                where[remote].admit(local)
-
-
-SKF_NET_OFF = -0x100000
-LD_W_ABS, LD_H_ABS, JEQ_K, RET_K = 0x20, 0x28, 0x15, 0x06
-
-
-def program(allowed):
-    """Classic BPF for a TCP socket (the packet starts at its TCP header): accept what comes from one
-    of `allowed` [(IPv4 address, port)], drop everything else."""
-    code = []
-    for i, (ip, port) in enumerate(allowed):
-        after = 4 * (len(allowed) - i - 1)  # instructions of the entries after this one
-        code += [(LD_W_ABS, 0, 0, (SKF_NET_OFF + 12) & 0xFFFFFFFF),  # IPv4 source address
-                 (JEQ_K, 0, 2, int.from_bytes(socket.inet_aton(ip), "big")),
-                 (LD_H_ABS, 0, 0, 0),  # TCP source port
-                 (JEQ_K, after + 1, 0, port)]  # -> accept (past the entries left and the drop)
-    code += [(RET_K, 0, 0, 0), (RET_K, 0, 0, 0xFFFFFFFF)]  # drop; accept
-    return code
-
-
-def _attach(fd, allowed):
-    """Set the socket filter of socket `fd` to program(allowed) ([]: drop everything)."""
-    code = program(allowed)
-    buf = ctypes.create_string_buffer(b"".join(struct.pack("HBBI", *ins) for ins in code))
-    fprog = struct.pack("HL", len(code), ctypes.addressof(buf))  # struct sock_fprog {len; filter*}
-    s = socket.socket(fileno=os.dup(fd))
-    try:
-        s.setsockopt(socket.SOL_SOCKET, SO_ATTACH_FILTER, fprog)
-    except OSError:
-        log.warning("could not set a gloo listener's filter", exc_info=True)
-    finally:
-        s.close()

@@ -14,6 +14,7 @@ by its own thread; state they share with the notebook's thread changes under lab
 import atexit
 import logging
 import secrets
+import sys
 import threading
 import time
 import weakref
@@ -25,7 +26,7 @@ from .config import PoolConfig, cores, default_ranks, max_local_ranks
 from .dashboard.view import View
 from .debug import Debugger
 from .drills import Drills
-from .errors import BadRequest, NameMissing, PoolAlreadyRunning, PoolNotRunning, RankLost, StartFailed
+from .errors import FLOODED, BadRequest, NameMissing, PoolAlreadyRunning, PoolNotRunning, RankLost, StartFailed
 from .export import Export
 from .group import Group
 from .knobs import Knobs
@@ -159,8 +160,8 @@ class Lab:
         objects tied to the old group)."""
         seconds, stale = self.group.form(deadline, say)
         self.pool.track(self.group.info)
-        for record in self.group.refused:
-            self.live.refuse(record["account"], record["taken"])
+        for account, (n, taken) in self.group.refused.items():
+            self.live.refuse(account, n, taken)
         if self.group.refused:
             self.report.notices()
         for r in range(self.world_size):
@@ -278,11 +279,28 @@ class Lab:
             if bad or not ranks:
                 raise BadRequest(f"ranks must be among 0..{self.world_size - 1}, got {ranks}")
             ranks = sorted(set(ranks))
-        lost = self.find_lost(ranks)
+        lost = self.find_lost()
+        if lost and all(FLOODED in why for why in lost.values()):
+            self.recover_from_flood(sorted(lost))
+            lost = {}
+        elif not lost and not self.group.formed:  # the last forming failed (another account took its connections?)
+            self.form(time.perf_counter() + self.config.start_timeout)
+        lost = {r: why for r, why in lost.items() if r in ranks}
         if lost:
             r, why = next(iter(lost.items()))
             raise RankLost(f"rank {r} is lost ({why}): %ddp_restart (Lab.restart()) brings back a full group")
         return ranks
+
+    def recover_from_flood(self, ranks):
+        """Ranks another account killed by flooding their gloo port (guard.py) come back at once, with
+        one line saying so: the learner did nothing wrong."""
+        say = self.config.say
+        seconds = self.restart_ranks(ranks)
+        text = say("{ranks} died: {why}; restarted in {seconds:.1f} s (their variables are gone), the group formed again",
+                   ranks=ranks_text(ranks, self.config.lang), why=say(FLOODED), seconds=seconds)
+        log.warning(text)
+        self.run_state.notice(("flooded", tuple(ranks)), text)
+        print(f"ddplab: {text}", file=sys.stderr)
 
     def view_on(self, ranks):
         """A DirectView on these ranks' engines, kept: a new view per cell costs ~2 ms here."""

@@ -9,10 +9,23 @@ import signal
 import time
 
 from .config import tunables
+from .errors import FLOODED
 from .owned import OwnedCluster
 from .pool import Pool, log
 from .privacy import compile_cache
 from .system import exit_reason, is_gone, kill, loopback_interface
+
+
+def flooded(output_file):
+    """Whether an engine's output ends with gloo's abort for want of descriptors ("accept: Too many
+    open files"): only a flood of connections to its listener does that (guard.py)."""
+    try:
+        with open(output_file, "rb") as f:
+            f.seek(0, os.SEEK_END)
+            f.seek(max(0, f.tell() - 8192))
+            return b"accept: Too many open files" in f.read()
+    except (OSError, TypeError):
+        return False
 
 
 class LocalPool(OwnedCluster, Pool):
@@ -123,7 +136,8 @@ class LocalPool(OwnedCluster, Pool):
         if launcher is None:
             return super()._gone_why(rank)
         if self._gone(launcher.process):  # its process tells, with its exit code
-            return exit_reason(self._exit_code(launcher.process))
+            why = exit_reason(self._exit_code(launcher.process))
+            return f"{why}: {FLOODED}" if flooded(getattr(launcher, "output_file", None)) else why
         return None
 
     def _gone(self, proc):

@@ -31,6 +31,7 @@ from .recorder import Recorder, memory
 
 NAN = math.nan
 MEMORY_EVERY = 2.0  # seconds between the memory figures a rank sends in a long cell (a namespace scan: ~1 ms)
+SWEEP_EVERY = 1.0  # seconds between looks for another account's connections to gloo's listeners (~0.5 ms each)
 WHERE_AFTER = 0.5  # seconds into a cell before the telemetry thread says where the rank is (engine side: not a
 # DDPLab setting, which lives in the notebook; half a second keeps quick cells silent)
 log_ddplab = logging.getLogger("ddplab")
@@ -162,12 +163,19 @@ class Sender:
                 self.held, self.memory_at = held, now
 
     def _tick(self):
-        """The telemetry thread: a batch every flush interval, and the notebook's commands."""
+        """The telemetry thread: a batch every flush interval, and the notebook's commands; each
+        SWEEP_EVERY seconds, another account's connections to gloo's listeners shut (guard.py)."""
+        from .guard import GUARD
+
+        swept = time.monotonic()
         while True:
             time.sleep(self.flush_every)
             try:
                 self._commands()
                 self.flush(beat=True)
+                if time.monotonic() - swept >= SWEEP_EVERY:
+                    swept = time.monotonic()
+                    GUARD.sweep()
             except Exception:  # noqa: BLE001 - the live view may skip a tick; the rank goes on
                 log_ddplab.debug("telemetry tick failed", exc_info=True)
 
@@ -398,7 +406,7 @@ class Rank:
         from .guard import GUARD, install
 
         install(self.refused)  # every gloo group of this process: its connections checked before use
-        seen, listening = len(GUARD.refused), _listening_ports()
+        seen, listening = {a: list(c) for a, c in GUARD.refused.items()}, _listening_ports()
         init = getattr(dist.init_process_group, "__wrapped__", dist.init_process_group)
         init("gloo", store=store, rank=rank, world_size=world_size, timeout=wait)
         self.rank, self.world_size, self.formed = rank, world_size, True
@@ -420,16 +428,17 @@ class Rank:
             "ports": sorted(_listening_ports() - listening),  # gloo's listeners, for close_group
             "compile_cache": compile_cache,
             "compile_refused": refused,
-            "refused": GUARD.refused[seen:],  # connections of other accounts refused while the group formed
+            "refused": {a: [n - seen.get(a, [0, 0])[0], t - seen.get(a, [0, 0])[1]]  # other accounts' connections
+                        for a, (n, t) in GUARD.refused.items() if [n, t] != seen.get(a)},  # refused while it formed
         }
 
-    def refused(self, record):
-        """ddplab.guard refused a gloo connection of another account: the notebook names it (a group
-        the rank's own cell builds; those of join() are in its reply)."""
+    def refused(self, account, n, taken):
+        """ddplab.guard refused n gloo connections of another account (`taken` of them had taken a pair):
+        the notebook names it (those of a group the rank's cell builds, or a sweep's; join() returns
+        those of its own forming)."""
         with self.lock:
             if self.in_cell:
-                self.events.append((self.cell, time.perf_counter() - self.cell_t0, "refused",
-                                    f"{record['account']}|{int(record['taken'])}"))
+                self.events.append((self.cell, time.perf_counter() - self.cell_t0, "refused", f"{account}|{n}|{taken}"))
 
     def leave(self):
         """Leave the group and stop sending telemetry, the engine staying up (a pool attached to

@@ -102,8 +102,8 @@ class Report:
                 "{n} connection(s) without the pool's key refused by the telemetry socket", n=lab.telemetry.refused)))
         for account, (n, taken) in sorted(lab.live.refused.items()):
             changed.append(lab.run_state.notice(("refused", account), say(
-                "the account {account} connected to the ranks' gloo ports {n} time(s) while groups formed ({taken} had "
-                "taken a rank's connection): each refused before any data moved, and the group formed without it",
+                "the account {account} connected to the ranks' gloo ports {n} time(s) ({taken} took a rank's "
+                "connection while a group formed): each refused before any data moved, the group formed without it",
                 account=account, n=n, taken=taken)))
         return any(changed)
 

@@ -41,11 +41,11 @@ class Live:
     def new(cls, world_size):
         return cls(RunState(world_size), LiveMetrics(world_size))
 
-    def refuse(self, account, taken):
-        """Another account's gloo connection was refused (ddplab.guard), one that had taken a pair or not."""
+    def refuse(self, account, n, taken):
+        """n gloo connections of another account were refused (ddplab.guard), `taken` of them had taken a pair."""
         counts = self.refused.setdefault(account, [0, 0])
-        counts[0] += 1
-        counts[1] += bool(taken)
+        counts[0] += n
+        counts[1] += taken
 
 
 class Telemetry:
@@ -232,9 +232,10 @@ def merge(live, batch, now):
             live.hints.setdefault(value, set()).add(rank)
         elif kind == "begin":
             live.begun.add(rank)
-        elif kind == "refused" and value:
-            account, _, taken = value.rpartition("|")
-            live.refuse(account, taken == "1")
+        elif kind == "refused" and value and value.count("|") >= 2:
+            account, n, taken = value.rsplit("|", 2)
+            if n.isdigit() and taken.isdigit():
+                live.refuse(account, int(n), int(taken))
     if batch.where is not None or batch.final:
         rs.set_where(rank, None if batch.final else batch.where)
     if batch.calls is not None:

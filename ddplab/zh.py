@@ -132,10 +132,14 @@ ZH = {
         "gloo 在本机的回环接口上监听（{why}），本机其他 {n} 个账户可以连接它：每个进程组在使用之前，都会检查它的每个连接是否属于你，其他账户的连接会被拒绝",
     "{n} connection(s) without the pool's key refused by the telemetry socket":
         "遥测套接字拒绝了 {n} 个没有进程池密钥的连接",
+    "gloo ran out of file descriptors taking connections (another account flooded its port)":
+        "gloo 在接受连接时用尽了文件描述符（另一个账户向它的端口发起了大量连接）",
+    "{ranks} died: {why}; restarted in {seconds:.1f} s (their variables are gone), the group formed again":
+        "{ranks} 已终止：{why}；已在 {seconds:.1f} 秒内重新启动（它们的变量已丢失），进程组已重新组建",
     "; for a private network ({cause}), an administrator can run: {fix}":
         "；要得到私有网络（{cause}），管理员可以运行：{fix}",
-    "the account {account} connected to the ranks' gloo ports {n} time(s) while groups formed ({taken} had taken a rank's connection): each refused before any data moved, and the group formed without it":
-        "账户 {account} 在进程组组建期间 {n} 次连接了各 rank 的 gloo 端口（其中 {taken} 次占用了某个 rank 的连接）：每次都在任何数据传输之前被拒绝，进程组在没有它的情况下组建完成",
+    "the account {account} connected to the ranks' gloo ports {n} time(s) ({taken} took a rank's connection while a group formed): each refused before any data moved, the group formed without it":
+        "账户 {account} {n} 次连接了各 rank 的 gloo 端口（其中 {taken} 次在进程组组建时占用了某个 rank 的连接）：每次都在任何数据传输之前被拒绝，进程组在没有它的情况下组建完成",
     "starting {n} ranks: controller ...":
         "正在启动 {n} 个 rank：控制器……",
     "starting {n} {engines}: {up}/{n} up":

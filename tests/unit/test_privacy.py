@@ -1,18 +1,17 @@
 """What decides who else can reach a pool, checked without one: folders checked without following
 links (and inside the pool's user namespace, the notebook's own check standing for folders whose
 owner it cannot see), accounts counted through NSS and running processes, the setting an
-administrator can change for a private namespace, the kernel's view of socket owners, the filter
-programs that close gloo's listeners, and no key in a log line."""
+administrator can change for a private namespace, the kernel's view of socket owners, and no key
+in a log line."""
 import io
 import logging
 import os
 import socket
-import struct
 from types import SimpleNamespace
 
 import pytest
 
-from ddplab import guard, privacy
+from ddplab import privacy
 from ddplab.config import show_log
 from ddplab.owned import ipp_log
 
@@ -101,32 +100,6 @@ def test_the_kernel_names_the_owner_of_the_other_end_of_every_connection():
     finally:
         for s in (client, accepted, server):
             s.close()
-
-
-def test_a_gloo_listener_filter_admits_only_the_sources_given():
-    """The classic BPF the gate attaches: a listener closed to all, then opened to one source port."""
-    server = socket.create_server(("127.0.0.1", 0))
-    server.settimeout(0.3)
-    guard._attach(server.fileno(), [])  # nobody
-    knocked = socket.socket()
-    knocked.setblocking(False)
-    assert knocked.connect_ex(server.getsockname()) in (115, 0)  # EINPROGRESS: its SYN is dropped, not answered
-    with pytest.raises(TimeoutError):
-        server.accept()
-    other = socket.socket()
-    other.setblocking(False)
-    other.connect_ex(server.getsockname())
-    guard._attach(server.fileno(), [knocked.getsockname()])  # its retransmitted SYN (1 s) gets in; the other's not
-    server.settimeout(3)
-    accepted, source = server.accept()
-    assert source == knocked.getsockname()
-    server.settimeout(1.5)
-    with pytest.raises(TimeoutError):
-        server.accept()
-    for s in (accepted, knocked, other, server):
-        s.close()
-    assert guard.program([]) == [(guard.RET_K, 0, 0, 0), (guard.RET_K, 0, 0, 0xFFFFFFFF)]
-    assert struct.calcsize("HBBI") == 8  # struct sock_filter
 
 
 def test_no_key_reaches_a_log_line(monkeypatch):

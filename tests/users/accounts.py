@@ -1,0 +1,171 @@
+"""Ordinary accounts for the tests, and the Python environment a user installs.
+
+The suite runs as root (CI and this machine do); ddplab's users do not. `Account.make()` adds a login
+account (uid >= 1000, a home folder, a shell) and `remove()` deletes it with its home, after ending
+its processes, every one of them a descendant of a command the tests ran as it, by pid. `user_env()`
+is ddplab installed as a user installs it, `pip install .` with its runtime dependencies only (no test
+extras), into a virtual environment made from the system's Python (/usr/bin/python3: root's Python
+lives under /root, mode 0700, where an account cannot read it) in a folder every account can read,
+kept between runs under /var/cache/ddplab-tests (keyed by the dependencies) and given the current
+ddplab each session. `run_as()` runs a command as an account, where user namespaces are allowed, or
+(refuse="userns") where they are refused as Ubuntu 24.04 and Docker refuse them (nouserns.py: a
+seccomp filter on that command alone; the machine is not changed).
+"""
+import hashlib
+import json
+import os
+import pathlib
+import secrets
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+
+import psutil
+import pytest
+import tomllib
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+HERE = pathlib.Path(__file__).resolve().parent
+SYSTEM_PYTHON = "/usr/bin/python3"
+CACHE = pathlib.Path("/var/cache/ddplab-tests")
+TORCH = "torch==2.13.0"
+
+
+def need_root():
+    if os.geteuid() != 0:
+        pytest.fail("this tier makes ordinary accounts and needs root (CI and this machine run as root)")
+    for tool in ("useradd", "userdel", "runuser"):
+        if shutil.which(tool) is None:
+            pytest.fail(f"{tool} is missing: cannot make the ordinary accounts this tier runs as")
+    if not os.access(SYSTEM_PYTHON, os.X_OK):
+        pytest.fail(f"no {SYSTEM_PYTHON}: install Debian's python3 (and python3-venv)")
+
+
+class Account:
+    def __init__(self, name):
+        import pwd
+
+        self.name = name
+        entry = pwd.getpwnam(name)
+        self.uid, self.home = entry.pw_uid, entry.pw_dir
+
+    @classmethod
+    def make(cls, prefix="ddpu"):
+        need_root()
+        name = f"{prefix}{secrets.token_hex(3)}"
+        made = subprocess.run(["useradd", "--create-home", "--shell", "/bin/bash", name], capture_output=True, text=True)
+        if made.returncode:
+            pytest.fail(f"could not make an ordinary account: {made.stderr.strip()}")
+        return cls(name)
+
+    def processes(self):
+        """Its processes still running (a zombie has ended: here, pid 1 does not reap what it inherits)."""
+        return [p for p in psutil.process_iter(["uids", "status"]) if p.info["uids"] and p.info["uids"].real == self.uid
+                and p.info["status"] != psutil.STATUS_ZOMBIE]
+
+    def remove(self):
+        left = self.processes()
+        for p in left:  # (descendants of what run_as started: ended by pid)
+            try:
+                p.kill()
+            except psutil.Error:
+                continue
+        psutil.wait_procs(left, timeout=10)
+        subprocess.run(["userdel", "--remove", "--force", self.name], capture_output=True)  # (--force: its zombies)
+
+
+def user_env():
+    """The python of a virtual environment with ddplab installed as a user installs it."""
+    need_root()
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    version = subprocess.run([SYSTEM_PYTHON, "-c", "import sys; print(sys.version)"], capture_output=True,
+                             text=True).stdout
+    key = hashlib.sha256(json.dumps([TORCH, project["dependencies"], version]).encode()).hexdigest()[:12]
+    venv = CACHE / f"venv-{key}"
+    python = venv / "bin" / "python"
+    pip = [str(python), "-m", "pip", "install", "-q", "--disable-pip-version-check"]
+    if not (venv / "ready").exists():
+        shutil.rmtree(venv, ignore_errors=True)
+        CACHE.mkdir(parents=True, exist_ok=True)
+        os.chmod(CACHE, 0o755)
+        subprocess.run([SYSTEM_PYTHON, "-m", "venv", str(venv)], check=True, capture_output=True)
+        subprocess.run([*pip, TORCH], check=True, timeout=1200)  # (pip's cache: root's, where the wheel is)
+    # ddplab itself, every session, from what is in this checkout: a copy an account can read, as a user's clone
+    source = pathlib.Path(tempfile.mkdtemp(prefix="ddplab-src-"))
+    try:
+        for item in ("pyproject.toml", "README.md", "ddplab"):
+            copy = shutil.copytree if (ROOT / item).is_dir() else shutil.copy
+            copy(ROOT / item, source / item, **({"ignore": shutil.ignore_patterns("__pycache__")}
+                                                if (ROOT / item).is_dir() else {}))
+        subprocess.run([str(python), "-m", "pip", "uninstall", "-q", "-y", "ddplab"], capture_output=True)
+        subprocess.run([*pip, str(source)], check=True, timeout=1200)  # its runtime dependencies only
+    finally:
+        shutil.rmtree(source, ignore_errors=True)
+    (venv / "ready").touch()
+    subprocess.run(["chmod", "-R", "a+rX", str(venv)], check=True)
+    return python
+
+
+def scripts():
+    """This folder's scripts, copied where every account can read them."""
+    box = pathlib.Path(tempfile.mkdtemp(prefix="ddplab-users-"))
+    os.chmod(box, 0o755)
+    for script in HERE.glob("*.py"):
+        shutil.copy(script, box / script.name)
+        os.chmod(box / script.name, 0o644)
+    return box
+
+
+class Run:
+    """A command started as an account (see run_as); finish() waits (bounded) and returns what it printed."""
+
+    def __init__(self, account, argv, refuse=None, env=None, box=None, files=None):
+        command = ["runuser", "-u", account.name, "--", "env", f"HOME={account.home}", f"USER={account.name}",
+                   "PATH=/usr/local/bin:/usr/bin:/bin", *[f"{k}={v}" for k, v in (env or {}).items()]]
+        if files:  # a machine whose hard limit of open files is low (some containers)
+            command += ["prlimit", f"--nofile={files}:{files}", "--"]
+        if refuse:
+            command += [SYSTEM_PYTHON, "-I", str(box / "nouserns.py"), *(["--only-loopback"] if refuse == "loopback"
+                                                                          else []), "--"]
+        self.proc = subprocess.Popen([*command, *map(str, argv)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                     text=True, cwd=account.home, start_new_session=True)
+
+    def finish(self, timeout):
+        try:
+            out, err = self.proc.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            self.kill()
+            out, err = self.proc.communicate()
+            pytest.fail(f"{self.proc.args[-3:]} did not finish in {timeout} s:\n{out[-3000:]}\n{err[-3000:]}")
+        return self.proc.returncode, out, err
+
+    def report(self, timeout):
+        """The JSON object the command printed last, once it ended with exit code 0."""
+        code, out, err = self.finish(timeout)
+        assert code == 0, f"exit code {code}\n{out[-4000:]}\n{err[-4000:]}"
+        return json.loads(out.strip().splitlines()[-1])
+
+    def kill(self):
+        try:
+            os.killpg(self.proc.pid, signal.SIGKILL)  # its own session: what it started, by its process group
+        except ProcessLookupError:
+            pass
+
+
+def run_as(account, argv, refuse=None, env=None, box=None, files=None):
+    return Run(account, argv, refuse, env, box, files)
+
+
+def wait_until(predicate, timeout, every=0.1):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(every)
+    return predicate()
+
+
+__all__ = ["Account", "user_env", "scripts", "run_as", "wait_until", "sys"]
