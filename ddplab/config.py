@@ -195,10 +195,10 @@ class PoolConfig:
     ("mpi", "ssh", "slurm", ...: started with the settings of `profile`), or "attached" (engines
     someone else started, through the controller's connection file `connect` or an ipcluster's
     `profile` and `cluster_id`); ifname: the network interface every rank uses toward its peers;
-    encrypt: CurveZMQ encryption of what crosses hosts (ipyparallel's traffic of a pool whose
-    controller ddplab starts, and ddplab's own telemetry and rendezvous; an attached pool is
-    encrypted when its controller was started with it); lang, dashboard: how the notebook shows
-    it; start_timeout: seconds a start may take.
+    encrypt: CurveZMQ encryption of ipyparallel's traffic across hosts, for a pool whose controller
+    ddplab starts (an attached pool is encrypted when its controller was started with it; ddplab's
+    own telemetry and rendezvous on TCP always are, and admit the pool's members only); lang,
+    dashboard: how the notebook shows it; start_timeout: seconds a start may take.
     """
 
     ranks: int

@@ -163,8 +163,8 @@ class DDPMagics(Magics):
               help="the network interface every rank uses toward its peers (default: the one that reaches the "
                    "controller)")
     @argument("--encrypt", action="store_true",
-              help="with --engines: encrypt what crosses hosts (CurveZMQ): ipyparallel's traffic, ddplab's "
-                   "telemetry and rendezvous")
+              help="with --engines: encrypt ipyparallel's traffic across hosts (CurveZMQ); ddplab's telemetry "
+                   "and rendezvous always are")
     @line_magic
     def ddp_start(self, line):
         """Start N ipyparallel engines that form one gloo process group, or attach to engines that

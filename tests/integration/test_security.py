@@ -41,11 +41,12 @@ def intruder():
 
 @pytest.fixture(scope="module")
 def exposed():
-    """A pool on the machine's network (gloo on loopback), its telemetry on TCP (signed)."""
+    """A pool on the machine's network (gloo on loopback), its telemetry on TCP (members only) and its
+    rendezvous store on rank 0 (members only)."""
     original = LocalPool.telemetry_where
     LocalPool.telemetry_where = lambda self: "tcp://127.0.0.1"
     try:
-        lab = Lab(2, launcher="local-spawn").start()
+        lab = Lab(2, launcher="local-spawn", rendezvous="tcp://127.0.0.1:0").start()  # (rank 0 serves the store)
     finally:
         LocalPool.telemetry_where = original
     yield lab
@@ -255,3 +256,34 @@ print(json.dumps({"why": why, "uid_kept": os.getuid() == uid, "own_net": os.read
     assert out.returncode == 0, out.stderr[-2000:]
     report = __import__("json").loads(out.stdout)
     assert report == {"why": None, "uid_kept": True, "own_net": True, "interfaces": ["lo"]}, report
+
+
+def test_an_oversized_message_from_a_stranger_is_never_held(exposed):
+    """zmq assembles a multi-frame message whole before anyone reads a frame (MAXMSGSIZE bounds each
+    frame, not the message). On ddplab's TCP sockets only members get past the handshake: a stranger's
+    256 MiB in one message is refused unread, by the notebook's telemetry and by rank 0's store."""
+    import socket
+    import struct
+
+    import psutil
+
+    telemetry = exposed.telemetry.address[len("tcp://"):].rsplit(":", 1)
+    store = exposed.group.where[len("signed://"):].rsplit(":", 1)
+    holders = {"telemetry": psutil.Process(), "store": psutil.Process(exposed.info[0]["pid"])}
+    greeting = b"\xff" + b"\x00" * 8 + b"\x7f\x03\x00" + b"NULL".ljust(20, b"\x00") + b"\x00" * 32  # ZMTP 3.0, no CURVE
+    frame = b"\x03" + struct.pack(">Q", 4 << 20) + bytes(4 << 20)  # 4 MiB, "more" set: one message goes on
+    for name, (host, port) in (("telemetry", telemetry), ("store", store)):
+        before, sent = holders[name].memory_info().rss, 0
+        with socket.create_connection((host, int(port)), timeout=5) as s:
+            try:
+                s.sendall(greeting)
+                for _ in range(64):
+                    s.sendall(frame)
+                    sent += len(frame)
+            except OSError:  # refused: the connection closed under it
+                pass
+        time.sleep(0.5)
+        grown = holders[name].memory_info().rss - before
+        assert sent < 32 << 20 and grown < 16 << 20, (name, sent, grown)  # (a socket buffer's worth at most)
+    result = exposed.run("t = torch.ones(1)\ndist.all_reduce(t)\nprint(t.item())")
+    assert result.stdout == ["2.0\n", "2.0\n"]

@@ -1,8 +1,12 @@
 """One kernel per edition for the lessons: each lesson starts from an empty namespace, as in a fresh
 kernel, but the kernel (and its zygote, warm) is started once for all of them instead of once per
-lesson. The Chinese edition's kernel is told its notebooks' folder (zh), as JupyterLab tells it."""
-import os
+lesson. The kernel runs as the learners run it: as an ordinary account (made for the session,
+removed after), with ddplab installed as a user installs it (`pip install .`, runtime dependencies
+only, tests/users/accounts.py), on a copy of the notebooks in that account's home. The Chinese
+edition's kernel is told its notebooks' folder (zh), as JupyterLab tells it."""
 import pathlib
+import shutil
+import subprocess
 import time
 
 import nbformat
@@ -10,26 +14,29 @@ import psutil
 import pytest
 from nbclient import NotebookClient
 
-from bench.common import ipc_kernel
+from tests.users.accounts import Account, account_env, user_env, user_kernel
 
 NOTEBOOKS = pathlib.Path(__file__).resolve().parents[2] / "notebooks"
 ARTIFACTS = pathlib.Path(__file__).resolve().parent / "artifacts"
 
 
 class SharedKernel:
-    """A kernel that runs notebook after notebook, each from a reset namespace."""
+    """A kernel, run as `account`, that runs notebook after notebook, each from a reset namespace."""
 
-    def __init__(self, folder=NOTEBOOKS):
-        self.km, self.folder = None, folder
+    def __init__(self, account, folder=NOTEBOOKS):
+        self.km, self.folder, self.account = None, folder, account
+        self.copy = pathlib.Path(account.home) / "notebooks" / folder.relative_to(NOTEBOOKS)  # where the learner has them
+        self._kernel_folder = None
 
     def _ensure(self):
         if self.km is None or not self.km.is_alive():
-            self.km = ipc_kernel()  # no TCP ports to race for
-            session = str(self.folder / "lesson.ipynb")  # jupyter_server sets it to the notebook's path
+            self.km, self._kernel_folder = user_kernel(self.account, user_env())
+            session = str(self.copy / "lesson.ipynb")  # jupyter_server sets it to the notebook's path
             # DDPLAB_CHECK_EXERCISES: each unanswered check(...) makes sure its judge accepts the solution
             # and rejects a typical mistake on this very run (ddplab/lessons/exercises)
-            self.km.start_kernel(cwd=str(self.folder), env={**os.environ, "JPY_SESSION_NAME": session,
-                                                            "DDPLAB_CHECK_EXERCISES": "1"})
+            self.km.start_kernel(cwd=str(self.copy), env=account_env(self.account, JPY_SESSION_NAME=session,
+                                                                     DDPLAB_CHECK_EXERCISES="1"))
+            assert psutil.Process(self.pid).uids().real == self.account.uid  # the learner's, not root's
 
     @property
     def pid(self):
@@ -47,7 +54,7 @@ class SharedKernel:
         nb = nbformat.read(self.folder / f"{name}.ipynb", as_version=4)
         tic = time.monotonic()
         NotebookClient(nb, km=self.km, timeout=budget, kernel_name="python3",
-                       resources={"metadata": {"path": str(self.folder)}}).execute()
+                       resources={"metadata": {"path": str(self.copy)}}).execute()
         took = time.monotonic() - tic
         out = ARTIFACTS / self.folder.relative_to(NOTEBOOKS)
         out.mkdir(parents=True, exist_ok=True)
@@ -70,17 +77,29 @@ class SharedKernel:
     def shutdown(self):
         if self.km is not None and self.km.is_alive():
             self.km.shutdown_kernel()  # gracefully: atexit and finalizers of the lessons run
+        if self._kernel_folder:
+            shutil.rmtree(self._kernel_folder, ignore_errors=True)
 
 
 @pytest.fixture(scope="session")
-def kernel():
-    shared = SharedKernel()
+def learner():
+    """An ordinary account with the notebooks in its home, as a learner's clone."""
+    account = Account.make("ddpl")
+    shutil.copytree(NOTEBOOKS, pathlib.Path(account.home) / "notebooks", ignore=shutil.ignore_patterns("src"))
+    subprocess.run(["chown", "-R", f"{account.uid}:{account.gid}", f"{account.home}/notebooks"], check=True)
+    yield account
+    account.remove()
+
+
+@pytest.fixture(scope="session")
+def kernel(learner):
+    shared = SharedKernel(learner)
     yield shared
     shared.shutdown()
 
 
 @pytest.fixture(scope="session")
-def kernel_zh():
-    shared = SharedKernel(NOTEBOOKS / "zh")
+def kernel_zh(learner):
+    shared = SharedKernel(learner, NOTEBOOKS / "zh")
     yield shared
     shared.shutdown()

@@ -11,6 +11,7 @@ ddplab each session. `run_as()` runs a command as an account, where user namespa
 (refuse="userns") where they are refused as Ubuntu 24.04 and Docker refuse them (nouserns.py: a
 seccomp filter on that command alone; the machine is not changed).
 """
+import functools
 import hashlib
 import json
 import os
@@ -50,7 +51,7 @@ class Account:
 
         self.name = name
         entry = pwd.getpwnam(name)
-        self.uid, self.home = entry.pw_uid, entry.pw_dir
+        self.uid, self.gid, self.home = entry.pw_uid, entry.pw_gid, entry.pw_dir
 
     @classmethod
     def make(cls, prefix="ddpu"):
@@ -77,8 +78,12 @@ class Account:
         subprocess.run(["userdel", "--remove", "--force", self.name], capture_output=True)  # (--force: its zombies)
 
 
+@functools.cache  # once a session: reinstalling under running kernels would pull ddplab from under them
 def user_env():
-    """The python of a virtual environment with ddplab installed as a user installs it."""
+    """The python of a virtual environment with ddplab installed as a user installs it (the test tiers
+    that run as ordinary accounts share it; one of them at a time makes or updates it)."""
+    import fcntl
+
     need_root()
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
     version = subprocess.run([SYSTEM_PYTHON, "-c", "import sys; print(sys.version)"], capture_output=True,
@@ -87,26 +92,75 @@ def user_env():
     venv = CACHE / f"venv-{key}"
     python = venv / "bin" / "python"
     pip = [str(python), "-m", "pip", "install", "-q", "--disable-pip-version-check"]
-    if not (venv / "ready").exists():
-        shutil.rmtree(venv, ignore_errors=True)
-        CACHE.mkdir(parents=True, exist_ok=True)
-        os.chmod(CACHE, 0o755)
-        subprocess.run([SYSTEM_PYTHON, "-m", "venv", str(venv)], check=True, capture_output=True)
-        subprocess.run([*pip, TORCH], check=True, timeout=1200)  # (pip's cache: root's, where the wheel is)
-    # ddplab itself, every session, from what is in this checkout: a copy an account can read, as a user's clone
+    CACHE.mkdir(parents=True, exist_ok=True)
+    os.chmod(CACHE, 0o755)
+    with open(CACHE / "lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not (venv / "made").exists():
+            shutil.rmtree(venv, ignore_errors=True)
+            subprocess.run([SYSTEM_PYTHON, "-m", "venv", str(venv)], check=True, capture_output=True)
+            subprocess.run([*pip, TORCH], check=True, timeout=1200)  # (pip's cache: root's, where the wheel is)
+            (venv / "made").touch()
+        stamp = _source_stamp()
+        if not (venv / "ddplab-installed").exists() or (venv / "ddplab-installed").read_text() != stamp:
+            _install_ddplab(python, pip)
+            (venv / "ddplab-installed").write_text(stamp)
+        subprocess.run(["chmod", "-R", "a+rX", str(venv)], check=True)
+    return python
+
+
+def _source_stamp():
+    """What ddplab's install depends on in this checkout, as a hash."""
+    digest = hashlib.sha256()
+    for path in sorted([ROOT / "pyproject.toml", *(ROOT / "ddplab").rglob("*.py")]):
+        digest.update(str(path.relative_to(ROOT)).encode() + path.read_bytes())
+    return digest.hexdigest()
+
+
+def _install_ddplab(python, pip):
+    """`pip install .` from a copy of this checkout an account could read, as a user's clone."""
     source = pathlib.Path(tempfile.mkdtemp(prefix="ddplab-src-"))
     try:
         for item in ("pyproject.toml", "README.md", "ddplab"):
-            copy = shutil.copytree if (ROOT / item).is_dir() else shutil.copy
-            copy(ROOT / item, source / item, **({"ignore": shutil.ignore_patterns("__pycache__")}
-                                                if (ROOT / item).is_dir() else {}))
+            if (ROOT / item).is_dir():
+                shutil.copytree(ROOT / item, source / item, ignore=shutil.ignore_patterns("__pycache__"))
+            else:
+                shutil.copy(ROOT / item, source / item)
         subprocess.run([str(python), "-m", "pip", "uninstall", "-q", "-y", "ddplab"], capture_output=True)
         subprocess.run([*pip, str(source)], check=True, timeout=1200)  # its runtime dependencies only
     finally:
         shutil.rmtree(source, ignore_errors=True)
-    (venv / "ready").touch()
-    subprocess.run(["chmod", "-R", "a+rX", str(venv)], check=True)
-    return python
+
+
+def user_kernel(account, python):
+    """A Jupyter kernel manager whose kernel runs as `account` with `python` (user_env()), over socket
+    files in a folder of the account's (ipc: no TCP port), as JupyterLab would start it for that user.
+    (The manager, as root, writes the connection file and hands it to the account.)"""
+    from jupyter_client import KernelManager
+    from jupyter_client.kernelspec import KernelSpec
+
+    folder = tempfile.mkdtemp(prefix="ddplab-kernel-")
+    os.chown(folder, account.uid, account.gid)
+
+    class AsAccount(KernelManager):
+        def write_connection_file(self, **kwargs):
+            super().write_connection_file(**kwargs)
+            os.chown(self.connection_file, account.uid, account.gid)
+
+    km = AsAccount(kernel_name="python3", transport="ipc", ip=os.path.join(folder, "kernel"),
+                   connection_file=os.path.join(folder, "kernel.json"))
+    # setpriv runs the kernel itself as the account (no process in between: its pid is the kernel's)
+    km._kernel_spec = KernelSpec(argv=["setpriv", f"--reuid={account.uid}", f"--regid={account.gid}", "--init-groups",
+                                       str(python), "-m", "ipykernel_launcher", "-f", "{connection_file}"],
+                                 display_name="python3", language="python")
+    return km, folder
+
+
+def account_env(account, **extra):
+    """The environment an account's own session would give its processes (none of root's)."""
+    keep = {k: v for k, v in os.environ.items() if k in ("LANG", "LC_ALL", "TZ", "TERM")}
+    return {**keep, "HOME": account.home, "USER": account.name, "LOGNAME": account.name,
+            "PATH": "/usr/local/bin:/usr/bin:/bin", **extra}
 
 
 def scripts():
@@ -168,4 +222,4 @@ def wait_until(predicate, timeout, every=0.1):
     return predicate()
 
 
-__all__ = ["Account", "user_env", "scripts", "run_as", "wait_until", "sys"]
+__all__ = ["Account", "user_env", "user_kernel", "account_env", "scripts", "run_as", "wait_until", "sys"]

@@ -67,6 +67,8 @@ def test_an_ordinary_accounts_pool_trains_checkpoints_compiles_and_stops_clean(e
         gloo = dict(report["protections"])["gloo"]
         assert "checked to be yours" in gloo and why in gloo
         assert any("another account's is refused" in text for text in report["exposure"]), report["exposure"]
+        # and what an administrator can change for a private network (here: the seccomp filter, as Docker's)
+        assert any("an administrator can run" in text and "seccomp" in text for text in report["exposure"])
     assert report["trained"] == ["trained True\n"] * 2
     assert report["checkpoint"] == [True, True]
     assert report["compiled"] == pytest.approx(3 * 1.8414709848078965, rel=1e-4)
