@@ -132,21 +132,21 @@ class Guard:
             pg = real(where, rank, size, *args, **kwargs)
             if size == 1:
                 return pg
-            taken = self.check(group)
-            verdicts = self.agree(store, attempt, rank, size, taken)
+            verdicts = self.agree(store, attempt, rank, size, self.check())
             if not any(verdicts):
                 return pg
+            self.takers.update(account for takers in verdicts for account in takers)
             log.warning("gloo group %d, attempt %d: another account took a connection (ranks %s): built again",
-                        group, attempt + 1, [r for r, t in enumerate(verdicts) if t])
+                        group, attempt + 1, [r for r, takers in enumerate(verdicts) if takers])
             del pg  # its device goes with it: listeners, pairs, connections held for nobody
         raise GroupTaken(f"the gloo group could not be formed: another account ({', '.join(sorted(self.takers))}) took "
                          f"one of its connections each of {ATTEMPTS} times it was built; ask an administrator to allow "
                          "a private network namespace (%ddp_status says how)")
 
-    def check(self, group):
+    def check(self):
         """Shut down every gloo connection of this process (accepted by one of its listeners, or one
-        gloo's event loop waits on) whose other end is another account's; True if gloo had given one
-        of them to a pair (the group is taken)."""
+        gloo's event loop waits on) whose other end is another account's; the accounts to whom gloo
+        had given one of them for a pair (the group is taken), sorted."""
         me, armed, found = os.getuid(), _epoll_armed(), {}
         ports = {port for _, port in listening().values()}
         for inode, fd, local, _, uid in connections():
@@ -159,14 +159,12 @@ class Guard:
                 counts[0] += 1
                 counts[1] += in_pair
         self.tell(found)
-        return any(taken for _, taken in found.values())
+        return sorted({_account(uid) for uid, (_, taken) in found.items() if taken})
 
     def tell(self, found):
         """Count and report {uid: [connections refused, of them pairs taken]}, one line an account."""
         for uid, (n, taken) in found.items():
             account = _account(uid)
-            if taken:
-                self.takers.add(account)
             counts = self.refused.setdefault(account, [0, 0])
             counts[0] += n
             counts[1] += taken
@@ -192,10 +190,11 @@ class Guard:
             self.forming.release()
 
     @staticmethod
-    def agree(store, attempt, rank, size, taken):
-        """Every member's verdict (True: taken), through the group's own store."""
-        store.set(f"ddplab-guard/{attempt}/{rank}", json.dumps(bool(taken)))
-        return [taken if r == rank else json.loads(store.get(f"ddplab-guard/{attempt}/{r}")) for r in range(size)]
+    def agree(store, attempt, rank, size, takers):
+        """Every member's verdict (the accounts that took one of its pairs; [] for none), through the
+        group's own store: each rank then knows whether to build again, and whom to name."""
+        store.set(f"ddplab-guard/{attempt}/{rank}", json.dumps(takers))
+        return [takers if r == rank else json.loads(store.get(f"ddplab-guard/{attempt}/{r}")) for r in range(size)]
 
 
 GUARD = Guard()

@@ -73,8 +73,10 @@ def test_another_user_reads_nothing_a_pool_prints_or_returns(intruder, pool, exp
     secret = secrets.token_hex(8)
     plan = targets(pool, exposed)
     assert any(p.endswith("/telemetry") for p in plan["unix"]) and len(plan["unix"]) >= 20  # ipyparallel's files too
-    ranks_ports = {p for lab in (pool, exposed) for i in lab.info for p in i["ports"]}
-    assert {port for _, port in plan["tcp"]} <= ranks_ports | {int(exposed.telemetry.address.rsplit(":", 1)[1])}
+    ranks = {i["pid"] for lab in (pool, exposed) for i in lab.info}
+    assert {pid: tcp_listeners(pid) for lab in (pool, exposed) for pid in lab.pids() if pid not in ranks} == \
+        {pid: [] for lab in (pool, exposed) for pid in lab.pids() if pid not in ranks}  # no port of ipyparallel's
+    exposed_ports = {f"{ip}:{port}" for i in exposed.info for ip, port in tcp_listeners(i["pid"])}  # gloo's, the store
     # a socket that does publish the secret on loopback: what the intruder hears there shows it listens well
     control = zmq.Context.instance().socket(zmq.PUB)
     port = control.bind_to_random_port("tcp://127.0.0.1")
@@ -95,7 +97,6 @@ def test_another_user_reads_nothing_a_pool_prints_or_returns(intruder, pool, exp
     assert report["unix"] and not any(report["unix"].values()), report  # ... cannot open a socket file ...
     assert not any(r["secret"] for r in report["tcp"].values()), report  # ... and hears nothing of the pools
     reached = {k for k, r in report["tcp"].items() if r["connected"]}
-    exposed_ports = {f"127.0.0.1:{p}" for i in exposed.info for p in i["ports"]}
     assert reached and reached <= exposed_ports | {exposed.telemetry.address[len("tcp://"):]}, report
     assert not reached & {f"127.0.0.1:{p}" for i in pool.info for p in i["ports"]}  # its own namespace
 

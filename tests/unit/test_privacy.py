@@ -108,6 +108,8 @@ def test_no_key_reaches_a_log_line(monkeypatch):
 
     stream = io.StringIO()
     show_log("DEBUG")
+    level = ipp_log.level
+    ipp_log.setLevel(logging.DEBUG)  # (a pool started in this process set it to CRITICAL)
     handler = next(h for h in logging.getLogger("ddplab").handlers if getattr(h, "_ddplab", False))
     monkeypatch.setattr(handler, "stream", stream)
     key = os.urandom(16).hex()
@@ -118,6 +120,7 @@ def test_no_key_reaches_a_log_line(monkeypatch):
         logging.getLogger("ddplab").warning("sent %r", b"\x00member-secret\x01")
     finally:
         show_log("WARNING")
+        ipp_log.setLevel(level)
     out = stream.getvalue()
     assert key not in out and "member-secret" not in out and out.count("<hidden>") >= 3, out
     assert "export X=1" in out and "python -m engine" in out
