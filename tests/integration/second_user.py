@@ -3,39 +3,28 @@ and the intruder script (intruder.py) run as that user. Needs root (CI and this 
 root); where it cannot make the user, the test fails saying why."""
 import json
 import os
-import secrets
 import shutil
 import subprocess
 import tempfile
 
 import pytest
 
+from tests.users.accounts import SYSTEM_PYTHON, Account
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 
 
 def make_user():
     """Yield the name of a new, unprivileged login account (uid >= 1000), removed afterwards."""
-    if os.geteuid() != 0:
-        pytest.fail("this test makes a second Unix user and needs root (CI and this machine run as root)")
-    for tool in ("useradd", "userdel", "runuser"):
-        if shutil.which(tool) is None:
-            pytest.fail(f"{tool} is missing: cannot make a second user to attack the pool as")
-    name = f"ddpx{secrets.token_hex(3)}"
-    # a login account, as a student's on a shared server (uid >= UID_MIN, a shell); no home needed
-    made = subprocess.run(["useradd", "--no-create-home", "--shell", "/bin/sh", name], capture_output=True, text=True)
-    if made.returncode:
-        pytest.fail(f"could not make a second user: {made.stderr.strip()}")
+    account = Account.make("ddpx")
     try:
-        yield name
+        yield account.name
     finally:
-        subprocess.run(["userdel", name], capture_output=True)
+        account.remove()
 
 
 def python_for_others():
-    python = next((p for p in ("/usr/bin/python3", "/usr/local/bin/python3") if os.access(p, os.X_OK)), None)
-    if python is None:
-        pytest.fail("no system python3 for the second user to run (install Debian's python3)")
-    return python
+    return SYSTEM_PYTHON
 
 
 def start_as(user, mode, plan):
