@@ -13,8 +13,9 @@ class Knobs:
         self.lab = lab
         self.values = {}  # name -> value: what set() told the ranks
 
-    def set(self, name, value):
-        """Set a knob on every rank, now. Values: numbers, strings, True/False, None."""
+    def set(self, name, value, wait=True):
+        """Set a knob on every rank, now. Values: numbers, strings, True/False, None. With wait, once
+        each rank has it (a slider does not wait): the ranks that have not said so in time."""
         if not isinstance(name, str) or not name.isidentifier():
             raise BadRequest(f"a knob's name is a word such as 'period', got {name!r}")
         if value is not None and not isinstance(value, (bool, int, float, str)):
@@ -23,6 +24,7 @@ class Knobs:
         lab.check_running()
         self.values[name] = value
         lab.group.knobs = self.values
-        for r in range(lab.world_size):
-            if not lab.telemetry.command(r, cmd="knob", name=name, value=value):
-                log.info("knob %s: rank %s not reached (it gets it when it joins again)", name, r)
+        waiting = lab.command("knob", wait, name=name, value=value)
+        if waiting:
+            log.info("knob %s: ranks %s have not said they took it (they get it when they join again)", name, waiting)
+        return waiting

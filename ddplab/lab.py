@@ -22,7 +22,7 @@ from dataclasses import replace
 
 from . import state as st
 from .cell import RankOutput, RunResult
-from .config import PoolConfig, cores, default_ranks, max_local_ranks
+from .config import PoolConfig, cores, default_ranks, max_local_ranks, tunables
 from .dashboard.view import View
 from .debug import Debugger
 from .drills import Drills
@@ -181,12 +181,16 @@ class Lab:
         the engines keep running (shutdown=True stops them and their controller). Returns what
         was done: "stopped", "left" or "shut down" (None if nothing ran)."""
         self._watching.set()
-        outcome = None
+        outcome, background = None, self.runner.background
         with self.lock:
             if self.pool is not None:
                 outcome = self.pool.stop(shutdown=shutdown)
             self.pool = None
             self._views = {}
+        if background is not None:  # it sees its ranks gone and ends; nothing it does after changes what stop set
+            background.thread.join(tunables().control_timeout)
+            self.runner.forget(background)
+        with self.lock:
             if self.telemetry is not None:
                 self.telemetry.close()
                 self.telemetry = None
@@ -201,6 +205,7 @@ class Lab:
         afresh (variables are lost; the controller and the dashboard stay). Returns a sentence
         saying which."""
         self.check_running()
+        self.end_background()
         lost = sorted(self.find_lost())
         say = self.config.say
         if lost and not everything:
@@ -252,6 +257,19 @@ class Lab:
         if self.pool is None:
             return {}
         return {r: lost.why for r, lost in self.pool.lost(ranks).items()}
+
+    def end_background(self):
+        """A cell running in the background ends before the pool changes under it (a restart): every
+        rank is interrupted (SIGINT), and the cell's own thread recovers as for Ctrl-C (a rank stuck in
+        a collective is killed and restarted); waited for, bounded. Its result then says how it ended."""
+        background = self.runner.background
+        if background is None or background.done():
+            return
+        log.info("a cell runs in the background: interrupted first")
+        self.interrupt()
+        t = tunables()
+        background.thread.join(t.escalate + t.after_cut + t.start_timeout)
+        self.runner.forget(background)
 
     def interrupt(self, ranks=None):
         """Send SIGINT to the given ranks (all by default), like Ctrl-C in each."""
@@ -357,6 +375,14 @@ class Lab:
             self.view_on(ranks).push(values, block=False).get(self.timeout)
         except Exception as exc:  # noqa: BLE001 - e.g. an object that cannot be pickled: said in one line
             raise BadRequest(f"cannot send {', '.join(values)} to the ranks: {type(exc).__name__}: {exc}") from exc
+
+    def command(self, cmd, wait=True, **values):
+        """Tell every rank `cmd` (a signed telemetry command, rank.Sender); with wait, return once each
+        has carried it out (at most DDPLab.control_timeout). The ranks that have not said so."""
+        sent = {r: self.telemetry.command(r, cmd=cmd, **values) for r in range(self.world_size)}
+        if not wait:
+            return sorted(r for r, seq in sent.items() if seq is None)
+        return self.telemetry.confirm(sent, tunables().control_timeout)
 
     # ------------------------------------------------------------------ showing it
     def view_background(self, on):

@@ -67,6 +67,15 @@ def _tell(lab, text, file=None, **values):
     print("ddplab: " + lab.config.say(text, **values), file=file)
 
 
+def _not_taken(lab, waiting):
+    """Say which ranks have not confirmed a change the notebook sent them (Lab.command)."""
+    if waiting:
+        from .words import ranks_text
+
+        _tell(lab, "{ranks} have not said they took it yet (they get it when they join the group again)",
+              ranks=ranks_text(waiting, lab.config.lang))
+
+
 def _usage(fn, *args, **kwargs):
     """Call fn; turn a ddplab error about the request into a one-line UsageError."""
     try:
@@ -281,7 +290,8 @@ class DDPMagics(Magics):
             value = ast.literal_eval(args.value)
         except (ValueError, SyntaxError):
             value = args.value
-        _usage(self._lab().knobs.set, args.name, value)
+        lab = self._lab()
+        _not_taken(lab, _usage(lab.knobs.set, args.name, value))
 
     @line_magic
     def ddp_gather(self, line):
@@ -336,9 +346,10 @@ class DDPMagics(Magics):
         if args.on and args.off:
             raise UsageError("--on or --off, not both")
         if args.on or args.off:
-            lab.records.record(args.on)
+            waiting = lab.records.record(args.on)
             _tell(lab, "the timeline is recorded in the cells that follow" if args.on
                   else "the timeline is not recorded in the cells that follow")
+            _not_taken(lab, waiting)
             return None
         timeline = _usage(lab.records.timeline, args.cell)
         if args.save:

@@ -194,11 +194,12 @@ class Sender:
                     received.append(self._sock.recv_multipart(zmq.NOBLOCK))
                 except zmq.Again:
                     break
+        acked = None
         for frames in received:
             command = wire.decode_command(self._key, frames, rank.rank, self.generation, self._command_seq)
             if command is None:
                 continue  # not from the notebook, not for this rank and forming, or sent before: dropped
-            self._command_seq = command["seq"]
+            self._command_seq = acked = command["seq"]
             if command.get("cmd") == "cut":
                 with rank.lock:  # for this forming only: a late cut must not break the next (join())
                     if self.cuttable == command["gen"]:
@@ -207,6 +208,10 @@ class Sender:
                 rank.knobs[command["name"]] = command.get("value")
             elif command.get("cmd") == "timeline":
                 rank.recorder.enabled = bool(command.get("on"))
+        if acked is not None:  # the notebook waits for it (Telemetry.confirm): said at once, not at the next tick
+            with rank.lock:
+                rank.events.append((rank.cell, time.perf_counter() - rank.cell_t0, "ack", str(acked)))
+            self.flush(force=True)
 
     def connect(self, address, key, generation, curve=None):
         """Connect the telemetry socket and hook cell start/end (once per engine). key: the pool's

@@ -36,10 +36,9 @@ class Records:
         return self.lab.group.timeline if self.lab.group is not None else True
 
     def record(self, on):
-        """Record the timeline in later cells (on), or not: the ranks are told at once, and ranks that
-        join later are told when they join."""
+        """Record the timeline in later cells (on), or not: once every rank has been told (ranks that
+        join later are told when they join); the ranks that have not said so in time."""
         lab = self.lab
         lab.check_running()
         lab.group.timeline = bool(on)
-        for r in range(lab.world_size):
-            lab.telemetry.command(r, cmd="timeline", on=bool(on))
+        return lab.command("timeline", on=bool(on))

@@ -47,6 +47,12 @@ class Runner:
             with lab.lock:
                 self.busy = False
 
+    def forget(self, background):
+        """The background cell is no one's to wait for any more (the pool restarted or stopped under it)."""
+        with self.lab.lock:
+            if self.background is background:
+                self.background = None
+
     def wait(self, timeout=None):
         with self.lab.lock:
             background = self.background
@@ -98,8 +104,16 @@ class Runner:
 
     def hooks(self):
         lab = self.lab
-        return Hooks(lost=lab.find_lost, kill=lab.pool.kill, interrupt=lab.pool.interrupt,
+        return Hooks(lost=self.lost, kill=lab.pool.kill, interrupt=lab.pool.interrupt,
                      close_group=lab.group.close, draw=lambda: lab.show("update"), cut=self.cut)
+
+    def lost(self, ranks):
+        """The ranks of a running cell whose engines are gone; all of them once the pool is stopped under
+        it (a background cell then ends at once)."""
+        lab = self.lab
+        if lab.pool is None:
+            return {r: "the pool was stopped" for r in ranks}
+        return lab.find_lost(ranks)
 
     def cut(self, ranks):
         """Tell these running ranks to break their links to their peers (Rank.cut)."""

@@ -92,6 +92,7 @@ class Telemetry:
         self._fresh = {}  # rank -> (gen, seq) of its last good batch
         self._pending = deque()  # good batches read (by command(), say) and not handed out yet
         self._command_seq = 0
+        self._acks = {}  # rank -> the number of the last command it carried out
         self._lock = threading.Lock()
 
     @property
@@ -138,6 +139,9 @@ class Telemetry:
                     log.debug("telemetry: a %s message dropped (sender %s)", why, sender or "not known")
             else:
                 self._fresh[batch.rank] = (batch.gen, batch.seq)
+                for _, kind, value in batch.events:  # a command carried out (command(), confirm())
+                    if kind == "ack" and value and value.isdigit():
+                        self._acks[batch.rank] = max(self._acks.get(batch.rank, 0), int(value))
                 self._routes[batch.rank] = route
                 if len(self._pending) < self.MAX_PENDING:  # else the live view skips (history stays exact)
                     self._pending.append(batch)
@@ -171,20 +175,33 @@ class Telemetry:
 
     def command(self, rank, **command):
         """Send a rank a signed command (rank.py's telemetry thread reads it within a tick), on the
-        connection its last good batch came from. False if the rank has not been heard yet."""
+        connection its last good batch came from. Its number (the rank acknowledges it: acked()), or
+        None if the rank has not been heard yet."""
         with self._lock:
             self._read()  # learn the routes of ranks that just joined (their first batch)
             route = self._routes.get(rank)
             if route is None:
                 log.debug("telemetry: no connection from rank %s yet: command %s not sent", rank, command.get("cmd"))
-                return False
+                return None
             self._command_seq += 1
             frames = wire.encode_command(self.key, rank, self._generation, self._command_seq, **command)
             try:
                 self.socket.send_multipart([route, *frames], zmq.NOBLOCK)
             except zmq.ZMQError:  # the rank is not connected (gone): nothing to tell it
-                return False
-            return True
+                return None
+            return self._command_seq
+
+    def confirm(self, sent, timeout):
+        """Wait (at most `timeout` seconds) until every rank of {rank: command number} has said it
+        carried out that command; the ranks that have not."""
+        deadline = time.monotonic() + timeout
+        while True:
+            with self._lock:  # (a zmq socket is one thread's at a time)
+                self._read()
+                waiting = sorted(r for r, seq in sent.items() if seq is None or self._acks.get(r, 0) < seq)
+                if not waiting or time.monotonic() > deadline:
+                    return waiting
+                self.socket.poll(10)  # the ranks' next batch (short: the socket is locked meanwhile)
 
     def wait(self, ms):
         """Block until a batch is waiting (or ms pass; keep ms short: the socket is locked meanwhile)."""

@@ -70,6 +70,8 @@ ZH = {
         "rank {ranks}",
     "list separator|, ":
         "、",
+    "the pool was stopped":
+        "进程池已停止",
     "its engine stopped answering":
         "它的引擎不再应答",
     "its engine is gone: the controller no longer hears it":
@@ -134,6 +136,8 @@ ZH = {
         "遥测套接字拒绝了 {n} 个没有进程池密钥的连接",
     "gloo ran out of file descriptors taking connections (another account flooded its port)":
         "gloo 在接受连接时用尽了文件描述符（另一个账户向它的端口发起了大量连接）",
+    "{ranks} have not said they took it yet (they get it when they join the group again)":
+        "{ranks} 还没有确认收到（它们重新加入进程组时会收到）",
     "{ranks} died: {why}; restarted in {seconds:.1f} s (their variables are gone), the group formed again":
         "{ranks} 已终止：{why}；已在 {seconds:.1f} 秒内重新启动（它们的变量已丢失），进程组已重新组建",
     "; for a private network ({cause}), an administrator can run: {fix}":

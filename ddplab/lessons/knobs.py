@@ -46,5 +46,5 @@ def _bound(lab, widget, name):
     """The widget, setting knob `name` on every rank now and whenever it changes."""
     widget.add_class(f"ddplab-knob-{name}")
     lab.knobs.set(name, widget.value)
-    widget.observe(lambda change: lab.knobs.set(name, change["new"]), names="value")
+    widget.observe(lambda change: lab.knobs.set(name, change["new"], wait=False), names="value")
     return widget

@@ -6,7 +6,7 @@ import time
 
 import pytest
 
-from ddplab.errors import BadRequest
+from ddplab.errors import BadRequest, RankFailed
 
 pytestmark = [pytest.mark.pool, pytest.mark.xdist_group("shared-pool")]
 
@@ -59,3 +59,42 @@ def test_the_notebook_and_a_background_cell_share_the_lab(pool):
     assert not pool.runner.busy and pool.background is None and pool.last_result is result
     assert list(pool.run_state.states) == ["done"] * 4 and [pool.run_state.ranks[r].points for r in range(4)] == [40] * 4
     assert pool.run("print(rank)").stdout == [f"{r}\n" for r in range(4)]  # and the next cell runs
+
+
+def test_a_knob_has_reached_every_rank_when_set_returns(pool):
+    """No cell running: the ranks' telemetry threads take it within a tick and say so; set() returns
+    then, so the very next cell reads it (there is no sleep here)."""
+    for value in (7, "fast", None):
+        assert pool.knobs.set("speed", value) == []
+        pool.run("speed = ddplab.knob('speed', 'unset')")
+        assert pool.gather("speed") == [value] * 4
+
+
+LONG = "import time\nfor step in range(600):\n    t = torch.ones(1)\n    dist.all_reduce(t)\n    time.sleep(0.05)"
+
+
+def test_restart_while_a_cell_runs_in_the_background_ends_it_first(pool):
+    """%ddp_restart is asked for while a background cell trains: that cell is interrupted (its result
+    says so), then the pool restarts; no transition goes wrong, and the next cell runs."""
+    background = pool.run(LONG, background=True)
+    time.sleep(0.5)  # (it is training: the restart arrives in the middle of its steps)
+    said = pool.restart()
+    assert "restarted" in said and background.done()
+    with pytest.raises((KeyboardInterrupt, RankFailed)):
+        background.result(1)
+    assert pool.background is None and list(pool.run_state.states) == ["ready"] * 4
+    assert pool.run("print(rank)").stdout == [f"{r}\n" for r in range(4)]
+
+
+def test_stop_while_a_cell_runs_in_the_background_leaves_every_rank_stopped():
+    from ddplab import Lab
+
+    lab = Lab(2).start()
+    background = lab.run(LONG, background=True)
+    time.sleep(0.5)
+    lab.stop()
+    assert background.done()
+    deadline = time.time() + 2  # nothing the background cell's thread does later changes what stop set
+    while time.time() < deadline:
+        assert list(lab.run_state.states) == ["stopped"] * 2
+        time.sleep(0.1)
