@@ -70,7 +70,8 @@ def ranks_listed(ranks, say):
 
 # Why a rank was lost, when the pools say it in these words (the report says them in the pool's language).
 FLOODED = "gloo ran out of file descriptors taking connections (another account flooded its port)"  # (guard.py)
-LOST_WHY = (FLOODED, "the pool was stopped", "its engine stopped answering", "its engine is gone: the controller no longer hears it",
+LOST_WHY = (FLOODED, "the pool was stopped", "its engine stopped answering",
+            "its engine is gone: the controller no longer hears it",
             "its engine is gone: the controller no longer hears it (the engine died, or its host)",
             "its engine was killed (SIGKILL) by %ddp_fault kill", "its engine did not answer after SIGINT and SIGKILL")
 

@@ -62,6 +62,7 @@ class OwnedCluster:
         session_key = secrets.token_hex(16)
         REDACT.hide(session_key)
         self.cluster.start_controller_sync(environment={"IPP_SESSION_KEY": session_key})
+        self.write_pids()  # from now on, a kernel that dies leaves nothing (the reaper reads this)
         self.client = self.cluster.connect_client_sync()
         from .pool import guard_client
 
@@ -95,6 +96,7 @@ class OwnedCluster:
         known = set(self.client.ids)
         before = set(map(id, self.launchers()))
         self.cluster.start_engines_sync(n, environment=self.environment())
+        self.write_pids()  # (before they register: a kernel killed meanwhile leaves none of them running)
         started = [l for l in self.launchers() if id(l) not in before]
         self.launch_args = [" ".join(map(str, l.args)) for l in started if getattr(l, "args", None)]
 
@@ -185,11 +187,23 @@ class OwnedCluster:
         return self._reaper.pid if self._reaper is not None else None
 
     def write_pids(self):
-        """Tell the reaper what to end if this process dies."""
+        """Tell the reaper what to end if this process dies: the pool's processes, and the zygote that
+        forked them (it ends with its notebook anyway), each as "pid start-time" (a pid the system
+        gave to another process since is not that one)."""
         if self.workdir:
+            from .zygote import running_zygote
+
+            zygote = running_zygote()
+            procs = self.processes() + ([psutil.Process(zygote.pid)] if zygote is not None else [])
+            lines = []
+            for proc in procs:
+                try:
+                    lines.append(f"{proc.pid} {proc.create_time()}")
+                except psutil.Error:  # ended meanwhile
+                    continue
             path = os.path.join(self.workdir, "pool.pids")
             with open(os.open(path + ".new", os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "w") as f:
-                f.write("\n".join(map(str, self.pids())))
+                f.write("\n".join(lines))
             os.replace(path + ".new", path)
 
     def kill_processes(self, procs):

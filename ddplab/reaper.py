@@ -19,18 +19,27 @@ EVERY = 0.5  # seconds between looks at the kernel (a separate process: not a DD
 
 
 def _listed(workdir):
+    """The pool's processes, as pool.pids lists them ("pid start-time" a line)."""
     try:
         with open(os.path.join(workdir, "pool.pids")) as f:
-            return [int(line) for line in f if line.strip()]
-    except (OSError, ValueError):
+            lines = [line.split() for line in f if line.strip()]
+    except OSError:
         return []
+    procs = []
+    for fields in lines:
+        try:
+            proc = psutil.Process(int(fields[0]))
+            if len(fields) < 2 or abs(proc.create_time() - float(fields[1])) < 0.01:  # still that process
+                procs.append(proc)
+        except (psutil.Error, ValueError):
+            continue
+    return procs
 
 
 def reap(workdir):
     procs = []
-    for pid in _listed(workdir):
+    for proc in _listed(workdir):
         try:
-            proc = psutil.Process(pid)
             procs.extend([proc, *proc.children(recursive=True)])
         except psutil.Error:
             pass

@@ -282,3 +282,31 @@ def test_when_the_kernel_dies_the_pool_ends_by_itself(tmp_path):
     assert alive(everything) == []
     assert time.monotonic() - tic < 10
     assert not os.path.exists(info["dir"])
+
+
+@pytest.mark.parametrize("after", [0.8, 1.6])
+def test_a_kernel_killed_while_its_pool_starts_leaves_nothing(after):
+    """kill -9 of the process `after` seconds into Lab(4).start(): the zygote, the controller and the
+    engines started so far all end within 15 s (the reaper knows each process as soon as it exists)."""
+    import psutil
+
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    child = subprocess.Popen([sys.executable, "-c", "import ddplab, time\nddplab.Lab(4).start()\ntime.sleep(600)"],
+                             cwd=root, env=dict(os.environ, PYTHONPATH=root), stdout=subprocess.DEVNULL,
+                             stderr=subprocess.DEVNULL)
+    seen, kernel = set(), psutil.Process(child.pid)
+    deadline = time.monotonic() + after
+    while time.monotonic() < deadline:  # every process it started, as they come
+        try:
+            seen.update(p.pid for p in kernel.children(recursive=True))
+        except psutil.Error:
+            break
+        time.sleep(0.02)
+    child.kill()
+    child.wait(10)
+    seen.discard(child.pid)
+    assert len(seen) >= 2, seen  # (the zygote and a reaper at least: it was under way)
+    tic = time.monotonic()
+    while alive(seen) and time.monotonic() - tic < 15:
+        time.sleep(0.1)
+    assert alive(seen) == []
