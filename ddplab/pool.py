@@ -13,6 +13,7 @@ everything that differs between them lives inside them:
   (mpi, ssh, slurm, ...).
 """
 import abc
+import hmac
 import logging
 import threading
 from dataclasses import dataclass
@@ -38,18 +39,23 @@ def guard_client(client):
     receives; the Client's handler raises on a message without its delimiter ("DELIM not in
     msg_list"), the exception escapes the stream's event handler (a traceback in the notebook), and
     the stream stops reading (zmq's edge-triggered descriptor): no more output from the ranks. Each
-    handler is wrapped to drop and count such messages instead. Returns the counts: channel ->
-    messages dropped. (Private names of ipyparallel 9.2 and pyzmq's ZMQStream:
+    handler is wrapped: a message that is not a signed message of this session is dropped and
+    counted, unread; a well-formed one goes to ipyparallel's handler, and should that raise, it is a
+    bug, logged as one (with its traceback), never taken for a stranger's message. Returns the counts:
+    channel -> messages dropped. (Private names of ipyparallel 9.2 and pyzmq's ZMQStream:
     tests/unit/test_ipyparallel_pin.py checks them.)"""
     dropped = {}
 
     def guarded(channel, handler):
         def receive(msg):
-            try:
-                return handler(msg)
-            except Exception:  # noqa: BLE001 - not a message of this pool: drop it, count it
+            if not well_formed(client.session, msg):
                 dropped[channel] = dropped.get(channel, 0) + 1
                 log.debug("ipyparallel's %s channel: a malformed message dropped", channel)
+                return None
+            try:
+                return handler(msg)
+            except Exception:  # noqa: BLE001 - a bug, not a stranger: said as one; the stream must read on
+                log.error("ipyparallel's %s channel: handling a message of this pool failed", channel, exc_info=True)
         return receive
 
     for name in CLIENT_STREAMS:
@@ -58,6 +64,20 @@ def guard_client(client):
         if handler is not None:
             stream._recv_callback = guarded(name.strip("_").removesuffix("_stream"), handler)
     return dropped
+
+
+def well_formed(session, msg):
+    """Whether `msg` (a zmq message's frames) is a message of this session: identities, the delimiter,
+    then header, parent, metadata and content signed with its key. Nothing is kept (the session's
+    replay check is left to its own handler)."""
+    try:  # (zmq Frames, as ipyparallel's streams give them, or bytes; a result's buffers are not copied)
+        _, parts = session.feed_identities(msg, copy=not hasattr(msg[0], "bytes"))
+        parts = [getattr(p, "bytes", p) for p in parts[:5]]
+    except (ValueError, TypeError, IndexError):
+        return False
+    if len(parts) < 5:
+        return False
+    return session.auth is None or hmac.compare_digest(parts[0], session.sign(parts[1:5]))
 
 
 class Pool(abc.ABC):

@@ -254,15 +254,14 @@ class Probe:
             for module in (dist, c10d):
                 setattr(module, op, counted)
 
-        seen = {}  # id(sampler) -> epoch of its last pass
         original_iter = DistributedSampler.__iter__
 
-        def __iter__(sampler):
+        def __iter__(sampler):  # (the epoch of its last pass kept on the sampler: an id() outlives its object)
             if getattr(sampler, "shuffle", False):
-                if seen.get(id(sampler)) == sampler.epoch and not getattr(sampler, "_ddplab_told", False):
+                if getattr(sampler, "_ddplab_epoch", None) == sampler.epoch and not getattr(sampler, "_ddplab_told", False):
                     sampler._ddplab_told = True
                     hint("set_epoch")
-                seen[id(sampler)] = sampler.epoch
+                sampler._ddplab_epoch = sampler.epoch
             return original_iter(sampler)
 
         DistributedSampler.__iter__ = __iter__

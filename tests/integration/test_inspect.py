@@ -80,6 +80,9 @@ def test_hints_for_what_learners_do_by_mistake(ip, pool, capsys):
     assert capsys.readouterr().err.count("iterated again without set_epoch") == 1
     assert ddp(ip, "for epoch in range(3):\n    sampler.set_epoch(epoch)\n    for batch in loader:\n        pass").success
     assert "set_epoch" not in capsys.readouterr().err
+    # a new sampler, iterated once each, is not "iterated again" (even where it takes a freed one's address)
+    assert ddp(ip, "for _ in range(20):\n    s = DistributedSampler(list(range(16)))\n    list(s)\n    del s").success
+    assert "set_epoch" not in capsys.readouterr().err
     zh, pool.config = pool.config, replace(pool.config, lang="zh")
     try:
         assert ddp(ip, "dist.init_process_group('gloo')").success

@@ -75,3 +75,33 @@ def test_ipc_urls_are_joined_differently_by_the_controller_and_its_clients():
     assert "sep = '-' if interface.partition(\"://\")[0] == 'ipc' else ':'" in inspect.getsource(IPController.construct_url)
     assert "cfg[key] = f\"{cfg['interface']}:{cfg[key]}\"" in inspect.getsource(Client.__init__)
     assert "f\"{d['interface']}:{d['registration']}\"" in inspect.getsource(IPEngine)
+
+
+def test_a_strangers_message_is_dropped_and_a_bug_is_said_as_one(caplog):
+    """pool.guard_client: unsigned or malformed frames are counted and go no further; a signed message
+    whose handler raises (a bug) is logged as an error and not counted as a stranger's."""
+    from types import SimpleNamespace
+
+    from jupyter_client.session import Session
+
+    from ddplab.pool import guard_client
+
+    handled = []
+
+    def handler(msg):
+        handled.append(msg)
+        raise RuntimeError("a bug in handling a good message")
+
+    session = Session(key=b"the pool's key")
+    stream = SimpleNamespace(_recv_callback=handler)
+    client = SimpleNamespace(session=session, _query_stream=stream)
+    dropped = guard_client(client)
+    good = session.serialize(session.msg("status", {"x": 1}))
+    stranger = Session(key=b"another key").serialize(session.msg("status", {}))
+    for frames in ([b"junk"], [b"<IDS|MSG>", b"x"], stranger):
+        stream._recv_callback(frames)
+    assert dropped == {"query": 3} and handled == []
+    with caplog.at_level("ERROR", logger="ddplab"):
+        stream._recv_callback(good)
+    assert dropped == {"query": 3} and len(handled) == 1
+    assert "handling a message of this pool failed" in caplog.text and "a bug in handling" in caplog.text
