@@ -206,7 +206,8 @@ class Monitor:
     def _look_for_lost_messages(self, unfinished, now):
         """A rank that said it finished the cell but whose result has not come reply_grace seconds
         later, or that has not said it began the cell reply_grace seconds into it (though heard
-        since the group formed): ipyparallel lost the message on the way (a broken connection, junk
+        since the group formed), nor has ipyparallel (its execute_input: a rank whose telemetry
+        fails still began): ipyparallel lost the message on the way (a broken connection, junk
         sent to its ports). The cell ends for that rank with an error, instead of waiting forever;
         ranks waiting for it in a collective are cut free."""
         found = []
@@ -217,7 +218,7 @@ class Monitor:
                 found.append(r)
                 self.undelivered[r] = "reply"
             elif (r not in self.finals and r not in self.live.begun and now - self.started >= self.reply_grace
-                  and self.telemetry.heard(r)):
+                  and self.telemetry.heard(r) and not self.replies.field(r, "execute_input")):
                 found.append(r)
                 self.undelivered[r] = "request"
         for r in found:

@@ -167,7 +167,7 @@ class Sender:
         SWEEP_EVERY seconds, another account's connections to gloo's listeners shut (guard.py)."""
         from .guard import GUARD
 
-        swept = time.monotonic()
+        swept, failing = time.monotonic(), 0
         while True:
             time.sleep(self.flush_every)
             try:
@@ -176,8 +176,12 @@ class Sender:
                 if time.monotonic() - swept >= SWEEP_EVERY:
                     swept = time.monotonic()
                     GUARD.sweep()
-            except Exception:  # noqa: BLE001 - the live view may skip a tick; the rank goes on
-                log_ddplab.debug("telemetry tick failed", exc_info=True)
+                failing = 0
+            except Exception:  # noqa: BLE001 - the live view may skip a tick; the rank goes on (and says so)
+                failing += 1
+                if failing == 1 or failing % 240 == 0:  # the first failure, then once a minute while it lasts
+                    log_ddplab.warning("the telemetry thread failed %d time(s) in a row: the notebook's live view of "
+                                       "this rank stops until it works again", failing, exc_info=True)
 
     def _commands(self):
         """cut: break this rank's links to its peers, so a collective that cannot finish fails;

@@ -169,9 +169,11 @@ class Telemetry:
         """{(why, sender): sentence} for every sender whose messages were dropped, e.g.
         "12 unsigned telemetry messages dropped from 127.0.0.1" (zmq tells the sender's address).
         Late batches (sent before the group was formed again) are the pool's own: not news."""
+        with self._lock:  # (the reading thread adds senders to it)
+            dropped = sorted(self.dropped.items())
         return {(why, sender): f"{count} {why} telemetry message{'s' if count != 1 else ''} dropped"
                                + (f" from {sender}" if sender else " (sender not known)")
-                for (why, sender), count in sorted(self.dropped.items()) if why != "late"}
+                for (why, sender), count in dropped if why != "late"}
 
     def command(self, rank, **command):
         """Send a rank a signed command (rank.py's telemetry thread reads it within a tick), on the

@@ -210,3 +210,23 @@ def test_a_cell_meant_to_fail_shows_its_failure_as_expected(ip, whole, capsys):
     assert isinstance(missing, ExpectedFailureMissing) and "did not" in str(missing)
     assert isinstance(ddp(ip, "pass", "--expect 'not a name'").error_in_exec, UsageError)
     assert ddp(ip, "t = torch.ones(1)\ndist.all_reduce(t)").success and list(whole.states) == ["done"] * 4
+
+
+def test_a_rank_whose_telemetry_fails_is_not_taken_for_one_that_never_began(pool):
+    """Rank 1's telemetry thread fails at every tick, so its "I began the cell" never comes. ipyparallel
+    said it began (execute_input): the cell runs to its end, on every rank, well past reply_grace."""
+    from ddplab.config import tunables
+
+    pool.run("_flush = ddplab.RANK.sender.flush\n"
+             "def _broken(final=False, beat=False, force=False):\n"
+             "    if beat:\n        raise OSError('telemetry broken')\n"
+             "    return _flush(final=final, beat=beat, force=force)\n"
+             "ddplab.RANK.sender.flush = _broken", ranks=[1])
+    t = tunables()
+    grace, t.reply_grace = t.reply_grace, 1.0
+    try:
+        result = pool.run("import time\ntime.sleep(2.5)\nt = torch.ones(1)\ndist.all_reduce(t)\nprint(t.item())")
+    finally:
+        t.reply_grace = grace
+        pool.run("ddplab.RANK.sender.flush = _flush", ranks=[1])
+    assert result.stdout == ["4.0\n"] * 4
