@@ -54,14 +54,14 @@ def load_ipython_extension(shell):
     """%load_ext ddplab: register the %ddp_* magics (loading again is harmless)."""
     if id(shell) in _magics:
         return
+    from .config import show_log, tunables
     from .zygote import zygote
 
-    zygote()  # first: the fork server imports torch in the background while the rest loads and the user reads
-    from .config import show_log, tunables
+    settings = tunables()
+    settings.update_config(shell.config)  # c.DDPLab.* in ipython_config.py: before the zygote, which follows them
+    zygote()  # then at once: the fork server imports torch in the background while the rest loads and the user reads
     from .magics import DDPMagics
 
-    settings = tunables()
-    settings.update_config(shell.config)  # c.DDPLab.* in ipython_config.py
     show_log(settings.log_level)  # ddplab's own decisions, at DDPLab.log_level and above
     if settings not in shell.configurables:
         shell.configurables.append(settings)  # %config DDPLab.frame = 0.5

@@ -44,7 +44,7 @@ class LocalPool(OwnedCluster, Pool):
 
         self.open_workdir()
         self.compile_folder()
-        started_zygote()  # usually started at %load_ext ddplab, and warm since (it forks the controller too)
+        started_zygote().pools.add(self)  # usually started at %load_ext ddplab, and warm since (it forks the controller too)
         return self.start_cluster(n, deadline, say)
 
     def engine_launcher(self):
@@ -175,5 +175,10 @@ class LocalPool(OwnedCluster, Pool):
         kill([self._procs[r].process for r in live if r in self._procs], signal.SIGINT)
 
     def stop(self, shutdown=False):
+        from .zygote import running_zygote
+
         self._procs = {}
-        return super().stop(shutdown)
+        outcome = super().stop(shutdown)
+        if running_zygote() is not None:
+            running_zygote().pools.discard(self)
+        return outcome

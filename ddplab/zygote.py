@@ -48,6 +48,7 @@ import subprocess
 import sys
 import tempfile
 import threading
+import weakref
 
 STAGES = {  # in order: what a process forked at that stage has loaded
     "controller": ("ipyparallel.controller.app",),
@@ -317,13 +318,16 @@ _broken = None  # why a zygote could not complete its private network namespace:
 
 def zygote():
     """This process's zygote, started if it is not running (it then imports in the background),
-    or started again if DDPLab.private_network changed since."""
+    or started again if DDPLab.private_network changed since, once no pool forks from it (a pool's
+    replacement ranks must live where their peers do: the change is for the next pool)."""
     from .config import tunables
 
     global _zygote
     private = tunables().private_network and _broken is None
     with _zygote_lock:
         if _zygote is not None and _zygote.proc.poll() is None and _zygote.private_network_asked != private:
+            if _zygote.pools:
+                return _zygote
             log.info("DDPLab.private_network is now %s: the engine fork server starts again", private)
             _zygote.stop()
         if _zygote is None or _zygote.proc.poll() is not None:
@@ -371,6 +375,7 @@ class Zygote:
                                       *(["--why-shared", why_shared] if why_shared else [])], stdin=subprocess.PIPE,
                                      stdout=subprocess.PIPE, text=True, env=env, start_new_session=True)
         self.lock = threading.Lock()
+        self.pools = weakref.WeakSet()  # the running pools that fork from it (LocalPool.start, stop)
         self.stages = []  # the stages it has said are loaded
         self._network = None  # {"network": "private"} or {"network": "shared", "why": ...}, its first reply
 

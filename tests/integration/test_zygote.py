@@ -1,7 +1,13 @@
 """The zygote's staged start: a controller is forked as soon as ipyparallel is in, while torch
-is still being imported (a pool started at once does not wait for torch to start its controller)."""
+is still being imported (a pool started at once does not wait for torch to start its controller);
+it follows the settings of a config file from the start, and a running pool keeps its own."""
 import os
+import subprocess
+import sys
+import textwrap
 import time
+
+import pytest
 
 from ddplab.zygote import Zygote
 
@@ -21,3 +27,50 @@ def test_a_controller_is_forked_before_torch_is_imported_and_engines_after(tmp_p
     finally:
         z.stop()
     assert not os.path.exists(z.workdir)
+
+
+def test_the_fork_server_follows_the_config_file_from_the_start():
+    """c.DDPLab.private_network = False in a config: %load_ext starts the zygote with it (not with the
+    default, then again)."""
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    code = textwrap.dedent("""
+        from traitlets.config import Config
+        from IPython.core.interactiveshell import InteractiveShell
+        import ddplab
+        from ddplab.zygote import running_zygote
+        c = Config()
+        c.DDPLab.private_network = False
+        shell = InteractiveShell.instance(config=c)
+        ddplab.load_ipython_extension(shell)
+        first = running_zygote()
+        print(first.private_network_asked, first.network[0])
+        first.stop()
+    """)
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd=root,
+                         env=dict(os.environ, PYTHONPATH=root))
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.split() == ["False", "shared"], out.stdout
+
+
+@pytest.mark.pool
+@pytest.mark.xdist_group("shared-pool")
+def test_changing_private_network_while_a_pool_runs_is_for_the_next_pool(pool):
+    """The zygote a running pool forks from stays, whatever %ddp_status asks meanwhile: a rank started
+    again lives in the same network namespace as its peers."""
+    from ddplab.config import tunables
+    from ddplab.privacy import network_namespace
+    from ddplab.zygote import running_zygote
+
+    before = running_zygote().pid
+    t = tunables()
+    t.private_network = not t.private_network
+    try:
+        pool.report.status()
+        assert running_zygote().pid == before
+        pool.pool.kill([2], "a test")
+        pool.restart()
+        namespaces = {network_namespace(i["pid"]) for i in pool.info}
+        assert len(namespaces) == 1 and running_zygote().pid == before
+        assert pool.run("t = torch.ones(1)\ndist.all_reduce(t)\nprint(t.item())").stdout == ["4.0\n"] * 4
+    finally:
+        t.private_network = not t.private_network
