@@ -39,6 +39,9 @@ README_LINK = re.compile(r"\]\((?:\.\./)+README\.md\)")
 # The lesson tests run the lessons one after another in one kernel, so a lesson's %load_ext ddplab
 # says what it would not say in a fresh kernel: that line is left out of the pages.
 HARNESS = "The ddplab extension is already loaded. To reload it, use:\n  %reload_ext ddplab\n"
+# and what %ddp_start says of the test machine's other accounts (the ones the test tiers make): a
+# reader's machine is not that one.
+TEST_MACHINE = re.compile(r"^ddplab: (this machine has \d+ other account|本机还有 \d+ 个其他账户).*\n?", re.M)
 
 
 def editions():
@@ -62,6 +65,9 @@ def merged(source, executed):
         if cell.cell_type == "code":
             done = outputs[cell.get("id")]
             cell.outputs = [o for o in done.outputs if not (o.output_type == "stream" and o.text == HARNESS)]
+            for o in cell.outputs:
+                if o.output_type == "stream":
+                    o.text = TEST_MACHINE.sub("", o.text)
             cell.execution_count = done.execution_count
             cell.metadata = {**cell.metadata, **{k: v for k, v in done.metadata.items() if k == "execution"}}
     if "widgets" in executed.metadata:  # the widgets' saved state: the dashboards render from it
