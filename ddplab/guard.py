@@ -61,9 +61,8 @@ class GroupTaken(RuntimeError):
 def install(on_refused=None):
     """Build every gloo backend of this process through GuardedGloo (idempotent); on_refused(account,
     n, taken) hears of the connections of one account refused at once (n, of them `taken` had taken a
-    pair). Also lets the rank hold
-    as many descriptors as the machine allows it (a flood of connections while a group forms must
-    not run gloo out of them)."""
+    pair). Also lets the rank hold as many descriptors as the machine allows it (a flood of
+    connections must not run gloo out of them)."""
     import torch.distributed as dist
     from torch.distributed import distributed_c10d as c10d
 
@@ -116,7 +115,7 @@ class Guard:
         self.on_refused = None
         self.refused = {}  # account -> [connections refused, of them pairs taken], since the process began
         self.groups, self.takers = 0, set()  # (the accounts that took a pair of the group forming)
-        self.forming = threading.Lock()  # a sweep waits while a group forms (its check decides what was taken)
+        self.forming = threading.RLock()  # a sweep waits while a group forms (its check decides what was taken)
 
     def build(self, real, store, rank, size, args, kwargs):
         with self.forming:

@@ -25,7 +25,7 @@ def test_a_symbolic_link_above_a_folder_is_followed_and_checked_not_trusted(tmp_
     os.chmod(real, 0o777)  # where it leads, anyone may swap the folder: refused, though the link itself is fine
     assert "above it can be changed by others" in privacy.folder_problem(tmp_path / "via" / "cache")
     if os.geteuid() != 0:
-        pytest.skip("the rest makes a link of another uid (CI runs as root)")
+        pytest.fail("the rest makes a link of another uid: run as root (CI and this machine do)")
     os.chmod(real, 0o755)
     os.lchown(tmp_path / "via", 54321, 54321)  # a link someone else owns can be pointed elsewhere at any time
     assert privacy.folder_problem(tmp_path / "via" / "cache") == f"{tmp_path / 'via'} above it is a symbolic link of uid 54321"
@@ -35,7 +35,7 @@ def test_inside_the_pools_user_namespace_the_notebooks_check_stands_for_unmapped
     """In the pool's user namespace root's /home and another account's folder both show as the
     overflow uid: the rank accepts such a folder above only for the path the notebook checked."""
     if os.geteuid() != 0:
-        pytest.skip("makes a folder of the overflow uid (CI runs as root)")
+        pytest.fail("makes a folder of the overflow uid: run as root (CI and this machine do)")
     above = tmp_path / "home"
     above.mkdir(mode=0o755)
     (above / "cache").mkdir(mode=0o700)
