@@ -97,7 +97,8 @@ def user_env():
     with open(CACHE / "lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         if not (venv / "made").exists():
-            shutil.rmtree(venv, ignore_errors=True)
+            for old in CACHE.glob("venv-*"):  # made for other dependencies: a checkout since has other ones
+                shutil.rmtree(old, ignore_errors=True)
             subprocess.run([SYSTEM_PYTHON, "-m", "venv", str(venv)], check=True, capture_output=True)
             subprocess.run([*pip, TORCH], check=True, timeout=1200)  # (pip's cache: root's, where the wheel is)
             (venv / "made").touch()
