@@ -314,7 +314,7 @@ def socket_inodes(pid="self"):
     return found
 
 
-ESTABLISHED, SYN_SENT, LISTEN = 1, 2, 10  # the kernel's TCP states (include/net/tcp_states.h)
+ESTABLISHED, LISTEN = 1, 10  # the kernel's TCP states (include/net/tcp_states.h)
 
 
 def tcp_table(pid="self"):
