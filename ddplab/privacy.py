@@ -340,7 +340,7 @@ def tcp_table(pid="self"):
     return rows
 
 
-def tcp_sockets(states=(ESTABLISHED, SYN_SENT, LISTEN)):
+def tcp_sockets(states=(ESTABLISHED, LISTEN)):
     """The TCP sockets of this process's network namespace in `states`, as tcp_table() gives them,
     asked of the kernel through netlink (sock_diag, as `ss` does; no privilege needed): a fraction
     of a millisecond where reading /proc/net/tcp takes ten on a machine with a few hundred sockets.
