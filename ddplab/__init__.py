@@ -60,13 +60,16 @@ def load_ipython_extension(shell):
     settings = tunables()
     settings.update_config(shell.config)  # c.DDPLab.* in ipython_config.py: before the zygote, which follows them
     zygote()  # then at once: the fork server imports torch in the background while the rest loads and the user reads
+    from .inspect_magics import DDPInspectMagics
     from .magics import DDPMagics
 
     show_log(settings.log_level)  # ddplab's own decisions, at DDPLab.log_level and above
     if settings not in shell.configurables:
         shell.configurables.append(settings)  # %config DDPLab.frame = 0.5
     magics = DDPMagics(shell)
-    shell.register_magics(magics)
+    inspect = DDPInspectMagics(shell)
+    inspect.pool = magics  # they look into the pool it makes
+    shell.register_magics(magics, inspect)
     _magics[id(shell)] = magics
 
 

@@ -47,8 +47,12 @@ class DDPLab(SingletonConfigurable):
     flush = Float(0.25, help="Seconds between telemetry batches a rank sends (ddplab.log points).").tag(config=True)
     fail_fast = Float(0.3, help="Seconds a failed or dead rank may go unanswered before the group is closed "
                                 "under the ranks still waiting for it.").tag(config=True)
-    escalate = Float(1.5, help="Seconds after SIGINT before a rank that still runs (stuck in a C++ collective) "
-                               "is killed and restarted.").tag(config=True)
+    escalate = Float(1.5, help="Seconds each step of the escalation waits after SIGINT (Ctrl-C, a cell's timeout) "
+                               "while ranks still run (stuck in a C++ collective): then their links are cut, then "
+                               "one rank at a time is killed and restarted (docs: internals, escalation).").tag(
+        config=True)
+    leave_grace = Float(6.0, help="Seconds a rank whose stack says it left the cell's code (its result is on the way) "
+                                  "is given before the escalation kills it anyway.").tag(config=True)
     reply_grace = Float(10.0, help="Seconds a rank may take to say it began a cell, and its result to arrive after it "
                                    "said it finished; later, ipyparallel lost the message on the way (a broken "
                                    "connection) and the cell ends with an error for that rank instead of "

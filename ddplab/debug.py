@@ -32,6 +32,28 @@ class Debugger:
     def end(self, rank):
         self.lab.view_on([rank]).apply_sync(call, "debug_end")
 
+    def session(self, rank, commands=None, ask=input, show=print):
+        """pdb on `rank` (after start): the given commands, or a prompt (ask) until q, continue,
+        Ctrl-C or the end of input; each command and what pdb printed go to show. The debugger is
+        closed after."""
+        prompt = f"(Pdb rank {rank}) "
+        try:
+            if commands:
+                for command in commands:
+                    show(prompt + command)
+                    show(self.command(rank, command), end="")
+                return
+            while True:
+                try:
+                    command = ask(prompt)
+                except (EOFError, KeyboardInterrupt):
+                    break
+                if command.strip() in ("q", "quit", "exit", "c", "cont", "continue"):
+                    break
+                show(self.command(rank, command), end="")
+        finally:
+            self.end(rank)
+
     def check(self, names=None):
         """Compare the parameters of nn.Modules across ranks (all in the ranks' namespaces, or
         `names`): {name: ranks whose parameters differ from rank 0's (empty: identical)}."""

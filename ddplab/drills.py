@@ -47,17 +47,17 @@ class Drills:
         lab.view_on(ranks).apply_sync(call, "set_fault", spec)
         if spec is None:
             self.faults.pop(rank, None)
-            rs.ranks[rank].fault = None
+            rs.set_fault(rank, None)
             text = say("rank {rank}: no fault drill", rank=rank)
         elif kind == "slow":
             text = say("rank {rank} is a straggler: each step takes {factor:g}x as long (until %ddp_fault clear {rank})",
                        rank=rank, factor=factor)
-            rs.ranks[rank].fault = f"slow ×{factor:g}"
+            rs.set_fault(rank, f"slow ×{factor:g}")
         else:
             when = say("at step {step}", step=at_step) if at_step is not None else say("at its next step")
             text = say("rank {rank} will {what} {when} (ddplab.log counts steps)", rank=rank, when=when,
                        what=say("be killed (SIGKILL)" if kind == "kill" else "raise"))
-            rs.ranks[rank].fault = f"{kind} {when}"
+            rs.set_fault(rank, f"{kind} {when}")
         if spec is not None:
             self.faults[rank] = spec
         rs.touch()

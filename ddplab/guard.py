@@ -39,7 +39,9 @@ formed (GroupTaken). A network namespace of the pool's own (zygote.py) is the cu
 Whoever tried is reported through `on_refused` (the rank tells the notebook, which names the
 account once). Where the ranks have a network namespace of their own, nobody else can connect and
 this costs one look through sock_diag and one store round trip per group (about 2 + 7 ms here).
-Linux only. Private torch names it uses: distributed_c10d.ProcessGroupGloo.
+Linux only. Private torch names it uses: distributed_c10d.ProcessGroupGloo, which distributed_c10d's
+_new_process_group_helper builds gloo backends with (upstream.py lists both; a torch without the first
+turns the guard off with a warning).
 """
 import json
 import logging
@@ -47,6 +49,7 @@ import os
 import resource
 import socket
 
+from . import upstream
 from .privacy import connections, listening
 
 log = logging.getLogger("ddplab")
@@ -68,9 +71,12 @@ def install(on_refused=None):
 
     GUARD.on_refused = on_refused
     raise_descriptor_limit()
-    if not getattr(c10d, "_GLOO_AVAILABLE", False) or c10d.ProcessGroupGloo is GuardedGloo:
+    if not dist.is_gloo_available():
         return
-    GuardedGloo.real = c10d.ProcessGroupGloo
+    real = upstream.get("torch.distributed.distributed_c10d:ProcessGroupGloo")  # (None: the guard is off, said once)
+    if real is None or real is GuardedGloo:
+        return
+    GuardedGloo.real = real
     c10d.ProcessGroupGloo = GuardedGloo
     if getattr(dist, "ProcessGroupGloo", None) is GuardedGloo.real:
         dist.ProcessGroupGloo = GuardedGloo

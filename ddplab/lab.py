@@ -23,6 +23,7 @@ from dataclasses import replace
 from . import state as st
 from .cell import RankOutput, RunResult
 from .config import PoolConfig, cores, default_ranks, max_local_ranks, tunables
+from .dashboard.choice import for_here
 from .dashboard.view import View
 from .debug import Debugger
 from .drills import Drills
@@ -113,8 +114,7 @@ class Lab:
     def _say(self, progress):
         def say(text, **values):  # a progress message, in the pool's language
             message = self.config.say(text, **values)
-            self.run_state.message = message
-            self.run_state.touch()
+            self.run_state.set_message(message)
             if progress is not None:
                 progress(message)
             self.show("update")
@@ -149,7 +149,7 @@ class Lab:
                 raise
             raise StartFailed(f"the pool did not start: {type(exc).__name__}: {exc}") from exc
         self.start_seconds = time.perf_counter() - tic
-        self.run_state.message = ""
+        self.run_state.set_message("")
         self._watching.clear()
         threading.Thread(target=watch, args=(self, self._watching), name="ddplab-watch", daemon=True).start()
         log.info("pool of %d ranks started in %.1f s", self.world_size, self.start_seconds)
@@ -247,7 +247,7 @@ class Lab:
                 self.run_state.set_state(r, st.INIT)
             self.form(deadline, say)
             for r in ranks:
-                self.run_state.ranks[r].error = None
+                self.run_state.clear_error(r)
             self.show("update")
         return time.perf_counter() - tic
 
@@ -329,7 +329,14 @@ class Lab:
                 view = self._views[eids] = self.pool.client[list(eids)]
         return view
 
-    def run(self, code, ranks=None, timeout=None, background=False):
+    def use_view(self):
+        """Show the pool live where we run (the widget dashboard in a notebook, text elsewhere:
+        dashboard/view.py's for_here), from now on; returns that view."""
+        self.view = for_here(self.config)
+        self.view.show()
+        return self.view
+
+    def run(self, code, ranks=None, timeout=None, background=False, expect=None):
         """Run `code` on every rank (or the given ranks); return a RunResult.
 
         Raises RankFailed if any rank raised or died, root cause first, with what was done about
@@ -340,7 +347,13 @@ class Lab:
 
         background=True returns at once: the cell runs on, watched by a thread (the dashboard stays
         live and the notebook free: widgets work, knobs reach the ranks); wait() gives its result.
+
+        expect="CollectiveMismatch" (the name of ddplab's error or of a failed rank's exception): the
+        cell is meant to fail so (a lesson's point); returns that error. Another failure is raised as
+        it is; a cell that does not fail raises ExpectedFailureMissing.
         """
+        if expect is not None:
+            return self.runner.run_expecting(code, expect, ranks, timeout, background)
         return self.runner.run(code, ranks, timeout, background)
 
     def wait(self, timeout=None):

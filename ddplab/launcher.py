@@ -12,6 +12,7 @@ import os
 import psutil
 from ipyparallel.cluster.launcher import LocalControllerLauncher, LocalEngineLauncher, LocalEngineSetLauncher
 
+from . import upstream
 from .zygote import zygote
 
 
@@ -27,7 +28,10 @@ class _Forked:
         self.pid = zygote().fork(self.main, env, os.path.abspath(self.work_dir), self.output_file, args)
         self.process = psutil.Process(self.pid)
         self.notify_start(self.pid)
-        self._start_waiting()
+        # ipyparallel's thread that notices the process end (the pool notices it by its pid in any case)
+        wait = upstream.get("ipyparallel.cluster.launcher:LocalProcessLauncher._start_waiting", self)
+        if wait is not None:
+            wait()
 
 
 class ForkedControllerLauncher(_Forked, LocalControllerLauncher):

@@ -8,6 +8,7 @@ import os
 import signal
 import time
 
+from . import upstream
 from .config import tunables
 from .errors import FLOODED
 from .owned import OwnedCluster
@@ -70,7 +71,8 @@ class LocalPool(OwnedCluster, Pool):
 
     def environment(self):
         return {
-            # set before torch is imported, so each rank uses its share of the cores
+            # each rank's share of the cores: read by local-spawn engines when they import torch, and by the
+            # processes a rank starts (forked engines inherit torch from the zygote: Rank.join's set_num_threads)
             "OMP_NUM_THREADS": str(self.threads),
             "MKL_NUM_THREADS": str(self.threads),
             "DDPLAB_PARENT_PID": str(os.getpid()),
@@ -159,7 +161,12 @@ class LocalPool(OwnedCluster, Pool):
 
         deadline = time.monotonic() + wait
         while True:
-            code = zygote().exit_code(proc.pid) if self.forked else getattr(proc, "_exitcode", None)
+            if self.forked:
+                code = zygote().exit_code(proc.pid)
+            elif upstream.has("psutil:Process._exitcode", proc):
+                code = proc._exitcode
+            else:  # (psutil moved it: the loss is said without its exit code)
+                return None
             if isinstance(code, int) or time.monotonic() > deadline:
                 return code if isinstance(code, int) else None
             time.sleep(0.02)

@@ -1,8 +1,8 @@
-"""The IPython magics: a thin skin over Lab. They parse, call Lab, and show results.
+"""The IPython magics that make, run and stop a pool: a thin skin over Lab. They parse, call Lab,
+and show results (the ones that look into a running pool: inspect_magics.py).
 
 Misuse answers one line (UsageError) and changes nothing.
 """
-import ast
 import math
 import sys
 import time
@@ -12,10 +12,9 @@ from IPython.core.magic import Magics, cell_magic, line_magic, magics_class
 from IPython.core.magic_arguments import argument, magic_arguments, parse_argstring
 
 from .config import PoolConfig
-from .dashboard.text import LiveOutput, Progress, TextView, in_notebook, show_result
-from .errors import CellTimeout, DDPLabError, ExpectedFailureMissing, Interrupted, RankFailed, UsageProblem
+from .dashboard.text import Progress, show_result
+from .errors import CellTimeout, DDPLabError, Interrupted, RankFailed, UsageProblem
 from .lab import Lab
-from .words import plural
 
 
 def parse_ranks(spec, world_size):
@@ -33,17 +32,6 @@ def parse_ranks(spec, world_size):
     if bad or not ranks:
         raise UsageError(f"--ranks {spec!r}: this pool has ranks 0..{world_size - 1}")
     return sorted(ranks)
-
-
-def make_view(config):
-    """The live view for where we run: the widget dashboard in a notebook, text elsewhere."""
-    if not in_notebook():
-        return TextView(lang=config.lang)
-    if not config.dashboard:
-        return LiveOutput()
-    from .dashboard.widget import Dashboard
-
-    return Dashboard(config.ranks, lang=config.lang)
 
 
 def _parse(magic, line):
@@ -85,7 +73,8 @@ def _usage(fn, *args, **kwargs):
 
 
 def show_run(lab, run):
-    """Run (or wait for) a cell and show its output, or its failure, as %%ddp does."""
+    """Run (or wait for) a cell and show its output, or its failure, as %%ddp does. Returns what run
+    returned (an expected failure, Lab.run(expect=...): its ranks' output is shown first)."""
     try:
         result = run()
     except RankFailed as exc:
@@ -99,49 +88,18 @@ def show_run(lab, run):
             raise
         done = str(exc) or "the pool is still running"
         raise Interrupted(f"every rank of the cell was sent SIGINT (Ctrl-C); {done}") from None
+    if isinstance(result, DDPLabError):  # the failure a lesson's cell was meant to have
+        if getattr(result, "result", None) is not None:
+            show_result(result.result)
+        return result
     show_result(result)
-
-
-def expect_failure(lab, name, run):
-    """Run a cell meant to fail with `name` (the class of ddplab's error or of a failed rank's exception):
-    show that failure as the lesson's point, on stdout, and return. Any other failure is raised as it is,
-    and a cell that does not fail raises ExpectedFailureMissing."""
-    try:
-        run()
-    except DDPLabError as exc:
-        names = {k.__name__ for k in type(exc).__mro__} | {f.ename for f in getattr(exc, "failures", {}).values()}
-        if name not in names:
-            raise
-        _tell(lab, "this cell failed as it was meant to ({name}):", name=name)
-        print("\n".join(exc._render_traceback_()))
-        return
-    raise ExpectedFailureMissing(lab.config.say("the cell was meant to fail with {name}, but it did not", name=name))
-
-
-def debug_session(lab, rank, commands=None):
-    """pdb on `rank`: the given commands, or a prompt until q; the debugger is closed after."""
-    try:
-        if commands:
-            for command in commands:
-                print(f"(Pdb rank {rank}) {command}")
-                print(lab.debug.command(rank, command), end="")
-            return
-        while True:
-            try:
-                command = input(f"(Pdb rank {rank}) ")
-            except (EOFError, KeyboardInterrupt):
-                break
-            if command.strip() in ("q", "quit", "exit", "c", "cont", "continue"):
-                break
-            print(lab.debug.command(rank, command), end="")
-    finally:
-        lab.debug.end(rank)
+    return result
 
 
 @magics_class
 class DDPMagics(Magics):
-    """%ddp_start, %%ddp, %ddp_gather, %ddp_push, %ddp_status, %ddp_history, %ddp_fault, %ddp_restart,
-    %ddp_export, %ddp_stop."""
+    """%ddp_start, %%ddp, %ddp_wait, %ddp_interrupt, %ddp_gather, %ddp_push, %ddp_status, %ddp_restart,
+    %ddp_stop."""
 
     lab = None
 
@@ -202,14 +160,12 @@ class DDPMagics(Magics):
                         encrypt=args.encrypt)
         lab = Lab(config=config)
         if config.ranks:  # the dashboard shows the ranks go through starting -> init -> ready
-            lab.view = make_view(config)
-            lab.view.show()
+            lab.use_view()
         progress = None if lab.view.shows_progress else Progress()
         _usage(lab.start, progress=progress)
         self.lab = lab
         if not config.ranks:  # attached: as many ranks as engines, known now
-            lab.view = make_view(lab.config)
-            lab.view.show()
+            lab.use_view()
             lab.show("update")
         lab.start_seconds = time.perf_counter() - tic  # what the user waited, the dashboard's making too
         message = lab.report.ready() + lab.config.say("; run code on every rank with %%ddp")
@@ -244,8 +200,10 @@ class DDPMagics(Magics):
             raise UsageError(f"--expect {args.expect}: give an error's name (like CollectiveMismatch), "
                              "and run the cell in the foreground")
         if args.expect:
-            return expect_failure(lab, args.expect, lambda: show_run(lab, lambda: _usage(
-                lab.run, cell, ranks, timeout=args.timeout)))
+            failure = show_run(lab, lambda: _usage(lab.run, cell, ranks, timeout=args.timeout, expect=args.expect))
+            _tell(lab, "this cell failed as it was meant to ({name}):", name=args.expect)
+            print("\n".join(failure._render_traceback_()))
+            return
         if args.background:
             _usage(lab.run, cell, ranks, timeout=args.timeout, background=True)
             lab.view.show()  # the live dashboard, here: it goes on updating while other cells run
@@ -278,20 +236,6 @@ class DDPMagics(Magics):
             _tell(lab, "every rank was sent SIGINT; %ddp_wait shows how the cell ended")
         else:
             _tell(lab, "every rank was sent SIGINT")
-
-    @magic_arguments()
-    @argument("name", help="the knob's name, read by rank code as ddplab.knob(name, default)")
-    @argument("value", help="its new value (a number, a word, True, False or None)")
-    @line_magic
-    def ddp_knob(self, line):
-        """Change a value that running rank code reads (ddplab.knob), e.g. %ddp_knob period 4"""
-        args = _parse(self.ddp_knob, line)
-        try:  # 4, 0.5, True, None as themselves; anything else a word
-            value = ast.literal_eval(args.value)
-        except (ValueError, SyntaxError):
-            value = args.value
-        lab = self._lab()
-        _not_taken(lab, _usage(lab.knobs.set, args.name, value))
 
     @line_magic
     def ddp_gather(self, line):
@@ -327,59 +271,6 @@ class DDPMagics(Magics):
         self.lab.view.show()
 
     @magic_arguments()
-    @argument("--cell", type=int, default=None, help="the notebook cell's number (default: the last %%ddp cell)")
-    @argument("--save", metavar="PATH", default=None, help="write it in Chrome's trace format (Perfetto opens it)")
-    @argument("--on", action="store_true", help="record the timeline in the cells that follow (the default)")
-    @argument("--off", action="store_true", help="do not record it in the cells that follow (its hooks leave torch: no cost)")
-    @line_magic
-    def ddp_timeline(self, line):
-        """The timeline of the last %%ddp cell: every rank's forward, backward, optimizer, data and each
-        collective on one clock, with the waiting for the last rank; displayed, the swimlanes and the
-        breakdown of a step; tl.to_pandas(), tl.summary(), tl.memory.
-
-            tl = %ddp_timeline
-            %ddp_timeline --save trace.json      # open it in https://ui.perfetto.dev
-            %ddp_timeline --off                  # later cells are not recorded (--on again)
-        """
-        args = _parse(self.ddp_timeline, line)
-        lab = self._lab()
-        if args.on and args.off:
-            raise UsageError("--on or --off, not both")
-        if args.on or args.off:
-            waiting = lab.records.record(args.on)
-            _tell(lab, "the timeline is recorded in the cells that follow" if args.on
-                  else "the timeline is not recorded in the cells that follow")
-            _not_taken(lab, waiting)
-            return None
-        timeline = _usage(lab.records.timeline, args.cell)
-        if args.save:
-            try:
-                n = timeline.save(args.save)
-            except OSError as exc:
-                raise UsageError(f"cannot write {args.save}: {exc.strerror}") from None
-            _tell(lab, "wrote {n} spans of {ranks} ranks to {path} (Chrome's trace format: Perfetto opens it)", n=n,
-                  ranks=len(timeline.ranks), path=args.save)
-            return None
-        return timeline
-
-    @magic_arguments()
-    @argument("--csv", metavar="PATH", default=None, help="write the history to this CSV file")
-    @line_magic
-    def ddp_history(self, line):
-        """Every point every rank logged with ddplab.log(...), exactly: h = %ddp_history"""
-        args = _parse(self.ddp_history, line)
-        lab = self._lab()
-        history = _usage(lab.records.history)
-        if args.csv is None:
-            return history
-        try:
-            n = history.to_csv(args.csv)
-        except OSError as exc:
-            raise UsageError(f"cannot write {args.csv}: {exc.strerror}") from None
-        columns = ", ".join(history.columns())
-        _tell(lab, "wrote {n} points to {path} (columns: {columns})", n=n, path=args.csv, columns=columns)
-
-    @magic_arguments()
     @argument("--all", action="store_true", help="restart every rank, even if only some were lost")
     @line_magic
     def ddp_restart(self, line):
@@ -394,100 +285,6 @@ class DDPMagics(Magics):
             progress.done(message)
         else:
             print(f"ddplab: {message}")
-
-    @magic_arguments()
-    @argument("kind", nargs="?", choices=("kill", "raise", "slow", "clear"),
-              help="kill: the rank's engine dies; raise: the rank raises; slow: a straggler; clear: undo")
-    @argument("rank", nargs="?", type=int, help="which rank")
-    @argument("factor", nargs="?", type=float, help="for slow: how many times longer each step takes")
-    @argument("--at-step", type=int, default=None,
-              help="kill or raise when the rank logs this training step (ddplab.log), not now")
-    @line_magic
-    def ddp_fault(self, line):
-        """Fault drills for teaching, shown live on the dashboard:
-
-            %ddp_fault kill 2              # rank 2's engine dies now (SIGKILL)
-            %ddp_fault raise 1 --at-step 30  # rank 1 raises when it logs step 30
-            %ddp_fault slow 3 4            # rank 3's steps take 4x as long: a straggler
-            %ddp_fault clear 3             # back to normal (no rank: all)
-            %ddp_fault                     # the drills set now
-        """
-        args = _parse(self.ddp_fault, line)
-        lab = self._lab()
-        if args.kind is None:
-            if not lab.drills.faults:
-                _tell(lab, "no fault drills set")
-            for r in sorted(lab.drills.faults):
-                print(f"rank {r}: {lab.run_state.ranks[r].fault}")
-            return
-        if args.kind == "clear" and args.rank is None:
-            for r in sorted(lab.drills.faults):
-                _usage(lab.drills.set, "clear", r)
-            _tell(lab, "every fault drill cleared")
-            return
-        if args.rank is None:
-            raise UsageError(f"%ddp_fault {args.kind} needs a rank, e.g. %ddp_fault {args.kind} 1")
-        if args.kind != "slow" and args.factor is not None:
-            raise UsageError(f"%ddp_fault {args.kind} takes a rank only (and --at-step for kill/raise)")
-        if args.kind in ("slow", "clear") and args.at_step is not None:
-            raise UsageError(f"--at-step is for kill and raise, not {args.kind}")
-        print(f"ddplab: {_usage(lab.drills.set, args.kind, args.rank, at_step=args.at_step, factor=args.factor)}")
-
-    @magic_arguments()
-    @argument("rank", nargs="?", type=int, default=None,
-              help="the rank to debug (default: the rank that caused the last failure)")
-    @argument("-c", "--command", action="append", default=None, metavar="CMD",
-              help="a pdb command to run (repeat for several: -c 'p x' -c up); without it, an interactive prompt")
-    @line_magic
-    def ddp_debug(self, line):
-        """Post-mortem pdb on a rank's last exception, driven from here: where, up, down, p EXPR,
-        list, interact (a Python console in that frame; exit() leaves it), q to finish.
-
-            %ddp_debug            # the rank that caused the last failure
-            %ddp_debug 2 -c 'p x' -c up -c 'p y'
-        """
-        args = _parse(self.ddp_debug, line)
-        lab = self._lab()
-        rank, header = _usage(lab.debug.start, args.rank)
-        header = header.rstrip()
-        _tell(lab, "pdb on rank {rank}: {header}", rank=rank, header=header)
-        debug_session(lab, rank, list(map(_unquote, args.command)) if args.command else None)
-
-    @magic_arguments()
-    @argument("names", nargs="*", help="nn.Module variables to compare (default: every one on the ranks)")
-    @line_magic
-    def ddp_check(self, line):
-        """Compare every rank's model parameters (checksums): do the ranks hold the same model?
-
-            %ddp_check            # every nn.Module in the ranks (a DDP model: its .module)
-            %ddp_check model
-        """
-        args = _parse(self.ddp_check, line)
-        lab = self._lab()
-        found = _usage(lab.debug.check, args.names or None)
-        print("\n".join(lab.report.check(found)))
-        return {name: differ for name, differ in found.items()} if not in_notebook() else None
-
-    @magic_arguments()
-    @argument("path", help="where to write the script, e.g. train.py")
-    @line_magic
-    def ddp_export(self, line):
-        """Write the %%ddp cells that ran successfully, in order, as one script that torchrun runs:
-
-            %ddp_export train.py
-            !torchrun --standalone --nproc_per_node 4 train.py
-
-        The process group comes from torchrun's environment; rank, world_size, torch, dist, nn and
-        ddplab are defined as in the notebook; notebook magics in the cells are left out."""
-        args = _parse(self.ddp_export, line)
-        lab = self._lab()
-        try:
-            n = _usage(lab.export.write, args.path)
-        except OSError as exc:
-            raise UsageError(f"cannot write {args.path}: {exc.strerror}") from None
-        run = f"torchrun --standalone --nproc_per_node {lab.world_size} {args.path}"
-        _tell(lab, "wrote {n} {cells} to {path}; run it with {run}", n=n, cells=plural(n, "cell"), path=args.path,
-              run=run)
 
     @magic_arguments()
     @argument("--shutdown", action="store_true",

@@ -8,8 +8,9 @@ interrupt, close the group, draw), never the Lab, and reads each rank's reply on
 Failures: when a rank has failed (or died) while others still run, those others are usually
 blocked in a collective waiting for it; closing the process group on every rank that is no
 longer running makes them fail at once (gloo: "Connection closed by peer"), instead of after
-gloo's timeout. After Ctrl-C or a cell timeout every rank gets SIGINT; a rank still running
-DDPLab.escalate seconds later (stuck inside a C++ collective, where SIGINT cannot reach) is killed.
+gloo's timeout. After Ctrl-C or a cell timeout every rank gets SIGINT; ranks still running after
+that (stuck inside a C++ collective, where SIGINT cannot reach) have their links cut, then are killed
+one at a time: the stages and their waits are escalation.py's.
 """
 import logging
 import time
@@ -19,6 +20,7 @@ from dataclasses import dataclass, field
 from . import diagnose
 from .config import tunables
 from .errors import UNDELIVERED
+from .escalation import Escalation, Waits
 from .telemetry import merge
 
 log = logging.getLogger("ddplab")
@@ -42,13 +44,21 @@ class Replies:
     ipyparallel's AsyncResult keeps one future per engine (`_children`) and each engine's
     metadata (`_metadata`: stdout, stderr, outputs) but offers them only for all engines at once,
     and its public accessors parse every date field on each call (a few ms per cell). These two
-    private attributes are read here and nowhere else; pyproject pins ipyparallel to the range
-    they were tested with, and tests/unit/test_ipyparallel_pin.py checks them."""
+    private attributes are read here and nowhere else (upstream.py lists them; pyproject pins
+    ipyparallel to the releases they were tested with). Without them no cell can be watched: the
+    cell fails with a line saying which moved."""
 
     def __init__(self, ar, ranks):
+        from . import upstream
+
         self.ar = ar
-        self.futures = dict(zip(ranks, ar._children))
-        self.metadata = dict(zip(ranks, ar._metadata))
+        children = upstream.get("ipyparallel.client.asyncresult:AsyncResult._children", ar)
+        metadata = upstream.get("ipyparallel.client.asyncresult:AsyncResult._metadata", ar)
+        if children is None or metadata is None:
+            raise RuntimeError("this ipyparallel has no AsyncResult._children or _metadata, which ddplab needs to "
+                               "watch each rank: install the ipyparallel ddplab asks for (pip install .)")
+        self.futures = dict(zip(ranks, children))
+        self.metadata = dict(zip(ranks, metadata))
 
     def done(self, rank):
         return self.futures[rank].done()
@@ -105,11 +115,13 @@ class Monitor:
         self.replies, self.ranks, self.live, self.telemetry, self.hooks = replies, ranks, live, telemetry, hooks
         self.lang = lang
         self.started = time.monotonic()
-        self.mismatch, self.cut_at = None, None
+        self.mismatch = None
         self.waited = ""
         t = tunables()
         self.poll_every, self.frame, self.fail_fast = t.poll, t.frame, t.fail_fast
-        self.escalate, self.look_every, self.reply_grace = t.escalate, t.look_every, t.reply_grace
+        self.look_every, self.reply_grace = t.look_every, t.reply_grace
+        self.escalation = Escalation(Waits.from_settings(t), can_cut=hooks.cut is not None)
+        self.escalation.progress(len(ranks), self.started)
         self.last_frame = time.monotonic()  # the first frame a frame into the cell: quick cells draw none
         self.drawn_version = -1
         self.finals = {}  # rank -> when its last batch of the cell arrived (it finished the cell)
@@ -118,8 +130,7 @@ class Monitor:
         self.lost = {}
         self.closed = set()
         self.killed = set()
-        self.interrupted_at = self.escalated_at = None
-        self.still_running = len(ranks)
+        self.interrupted_at = None  # (when SIGINT went out: trouble, for fail_fast)
         self.view_ok = True
         self.looked_at = 0.0
 
@@ -170,8 +181,8 @@ class Monitor:
         if self.telemetry is not None and unfinished:
             self._look_for_lost_messages(unfinished, now)
         running = self.running()
-        if len(running) != self.still_running:  # progress: a rank stopped; escalation waits again
-            self.still_running, self.escalated_at = len(running), now
+        escalation = self.escalation
+        escalation.progress(len(running), now)
         trouble = min([*self.failed_at.values(), self.interrupted_at or float("inf")])
         if running and now - trouble >= self.fail_fast:
             idle = [r for r in self.ranks if r not in running and r not in self.lost and r not in self.closed]
@@ -179,28 +190,26 @@ class Monitor:
                 log.info("closing the group on idle ranks %s: ranks %s wait for a rank that failed", idle, running)
                 self.hooks.close_group(idle)
                 self.closed.update(idle)
-                self.escalated_at = time.monotonic()  # the peers may now fail by themselves: wait again
+                escalation.wait_again(time.monotonic())  # the peers may now fail by themselves
         if running and self.hooks.cut is not None:
             self._look_for_mismatch(running, now)
-        if running and self.interrupted_at is not None and now - self.escalated_at >= self.escalate:
-            # No rank has stopped since SIGINT (or since the last one stopped): they are stuck
-            # where SIGINT cannot reach (all in C++ collectives). First cut their links (their
-            # collectives fail, the ranks keep their variables); if that did not free them, kill
-            # one rank; its death frees its peers, the cascade above frees the rest. Then the next.
-            if self.hooks.cut is not None and self.cut_at is None:
-                self.hooks.cut(running)
-                self.cut_at = self.escalated_at = now
-                return False
+        if not running:
+            return True
+        action = escalation.due(now, any_stuck=any(self._stuck(r) for r in running))
+        if action == "interrupt":
+            self.interrupt()
+        elif action == "cut":  # stuck where SIGINT cannot reach (C++ collectives): their collectives
+            self.hooks.cut(running)  # fail, the ranks keep their variables
+            escalation.did("cut", now)
+        elif action == "kill":  # one rank; its death frees its peers, the closing above frees the rest
             stuck = [r for r in running if self._stuck(r)]
-            if not stuck and now - self.escalated_at < 4 * self.escalate:
-                return False  # their stacks say they left the cell's code: their replies are on the way
             r = (stuck or running)[-1]
-            why = f"killed by ddplab: still running {self.escalate:g} s after SIGINT (stuck in a collective)"
+            why = f"killed by ddplab: still running {now - self.interrupted_at:.1f} s after SIGINT (stuck in a collective)"
             log.warning("rank %s: %s", r, why)
             self.hooks.kill([r], why)
             self.killed.add(r)
             self._lose(r, why, now)
-            self.escalated_at = now
+            escalation.did("kill", now)
         return not self.running()
 
     def _look_for_lost_messages(self, unfinished, now):
@@ -250,15 +259,15 @@ class Monitor:
                                       self.lang, self.ranks, self.live.calls)
             if found is not None:
                 log.info("collective mismatch, cutting ranks %s: %s", running, found.text)
-                self.mismatch, self.cut_at = found, now
+                self.mismatch = found
                 self.hooks.cut(running)
-        elif self.interrupted_at is None and now - self.cut_at >= tunables().after_cut:
-            self.interrupt()  # the cut did not free them (a rank stuck in C++): SIGINT, then escalation
+                self.escalation.did("cut", now)  # if that does not free them: SIGINT after_cut s later
 
     def interrupt(self):
         """Ctrl-C or the cell's timeout: SIGINT to every rank still running."""
         if self.interrupted_at is None:
-            self.interrupted_at = self.escalated_at = time.monotonic()
+            self.interrupted_at = time.monotonic()
+            self.escalation.did("interrupt", self.interrupted_at)
             running = self.running()
             if running:
                 self.hooks.interrupt(running)
@@ -279,7 +288,7 @@ class Monitor:
         """After interrupt(): wait (ignoring further Ctrl-C) until every rank stopped or was killed,
         at most long enough to escalate to every rank; a rank still running then (its engine does
         not answer) counts as lost."""
-        deadline = time.perf_counter() + self.reply_grace + self.escalate * (4 + 2 * len(self.ranks))
+        deadline = time.perf_counter() + self.reply_grace + self.escalation.waits.worst(len(self.ranks))
         while True:
             try:
                 if self.wait(deadline):
@@ -304,6 +313,11 @@ class Monitor:
         while self.telemetry is not None and not expected <= self.finals.keys() and time.monotonic() < deadline:
             self.telemetry.wait(10)  # (ms; wakes as soon as a batch arrives)
             self.poll()
+        missing = sorted(expected - self.finals.keys()) if self.telemetry is not None else []
+        if missing:  # its points, spans and memory of this cell stop where its last batch did
+            log.warning("ranks %s: the last telemetry of the cell did not arrive within %g s: their live view and "
+                        "timeline of this cell may be incomplete (%%ddp_history is exact)", missing,
+                        tunables().last_batch if grace is None else grace)
         if expected:
             self.replies.wait_for_output(1.0)  # trailing stdout: it follows the reply within milliseconds
         seen = [RankSeen(r, self.replies.field(r, "stdout") or "", self.replies.field(r, "stderr") or "",

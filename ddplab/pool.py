@@ -18,6 +18,8 @@ import logging
 import threading
 from dataclasses import dataclass
 
+from . import upstream
+
 log = logging.getLogger("ddplab")
 
 
@@ -30,8 +32,10 @@ class Lost:
     why: str  # "its engine exited with code 3", "its engine was killed (SIGKILL)", ...
 
 
-CLIENT_STREAMS = ("_query_stream", "_control_stream", "_mux_stream", "_task_stream", "_iopub_stream",
-                  "_notification_stream", "_broadcast_stream")
+CLIENT_STREAMS = tuple(f"ipyparallel.client.client:Client.{name}" for name in (  # (upstream.py)
+    "_query_stream", "_control_stream", "_mux_stream", "_task_stream", "_iopub_stream", "_notification_stream",
+    "_broadcast_stream"))
+RECV_CALLBACK = "zmq.eventloop.zmqstream:ZMQStream._recv_callback"
 
 
 def guard_client(client):
@@ -42,8 +46,8 @@ def guard_client(client):
     handler is wrapped: a message that is not a signed message of this session is dropped and
     counted, unread; a well-formed one goes to ipyparallel's handler, and should that raise, it is a
     bug, logged as one (with its traceback), never taken for a stranger's message. Returns the counts:
-    channel -> messages dropped. (Private names of ipyparallel 9.2 and pyzmq's ZMQStream:
-    tests/unit/test_ipyparallel_pin.py checks them.)"""
+    channel -> messages dropped. (Private names of ipyparallel 9.2 and pyzmq's ZMQStream, listed in
+    upstream.py: a channel whose names moved goes unguarded, said once.)"""
     dropped = {}
 
     def guarded(channel, handler):
@@ -58,11 +62,12 @@ def guard_client(client):
                 log.error("ipyparallel's %s channel: handling a message of this pool failed", channel, exc_info=True)
         return receive
 
-    for name in CLIENT_STREAMS:
-        stream = getattr(client, name, None)
-        handler = getattr(stream, "_recv_callback", None)
-        if handler is not None:
-            stream._recv_callback = guarded(name.strip("_").removesuffix("_stream"), handler)
+    for path in CLIENT_STREAMS:
+        stream = upstream.get(path, client)
+        if stream is None or not upstream.has(RECV_CALLBACK, stream) or stream._recv_callback is None:
+            continue
+        channel = path.rpartition("._")[2].split("_")[0]  # ("query", ...)
+        stream._recv_callback = guarded(channel, stream._recv_callback)
     return dropped
 
 
@@ -180,8 +185,11 @@ class Pool(abc.ABC):
         self.hosts = {r: f["host"] for r, f in enumerate(self.facts)}
 
     def track(self, info):
-        """What each rank reported when it joined the group (pid, host): rank order."""
+        """What each rank reported when it joined the group (pid, host): rank order. The names of other
+        packages a rank found moved (upstream.py) are said here, once each."""
         self.hosts = {r: i.get("host", "") for r, i in enumerate(info)}
+        for path in sorted({p for i in info for p in i.get("moved", ()) if p in upstream.NAMES}):
+            upstream.feature_off(path)
 
     def threads_per_rank(self, configured):
         """Torch threads per rank: as configured, or the cores of the rank's host shared among the

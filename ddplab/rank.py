@@ -25,7 +25,7 @@ import time
 from array import array
 from bisect import bisect_left
 
-from . import wire
+from . import upstream, wire
 from .probe import Probe
 from .recorder import Recorder, memory
 
@@ -393,8 +393,9 @@ class Rank:
         self.knobs.update(knobs or {})
         compile_cache, refused = _private_compile_cache(compile_cache)
         import torch
-        import torch._dynamo  # noqa: F401 - DistributedDataParallel() needs it: imported now, not in a cell
         import torch.distributed as dist
+
+        upstream.get("torch._dynamo")  # DistributedDataParallel() imports it: imported now, not in a cell
 
         torch.set_num_threads(threads)
         if ifname:
@@ -439,6 +440,7 @@ class Rank:
             "compile_refused": refused,
             "refused": {a: [n - seen.get(a, [0, 0])[0], t - seen.get(a, [0, 0])[1]]  # other accounts' connections
                         for a, (n, t) in GUARD.refused.items() if [n, t] != seen.get(a)},  # refused while it formed
+            "moved": upstream.turned_off(),  # other packages' names this rank found moved (upstream.py): said by the notebook
         }
 
     def refused(self, account, n, taken):

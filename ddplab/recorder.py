@@ -24,7 +24,13 @@ import warnings
 import weakref
 from array import array
 
+from . import upstream
+
 log = logging.getLogger("ddplab")
+# torch's internal names the per-bucket comm spans need (upstream.py): all there, or the buckets go untimed
+QUEUE_CALLBACK = "torch.autograd:Variable._execution_engine.queue_callback"
+TIMED_GROUP_NAMES = ("torch.distributed:Reducer._update_process_group", "torch.distributed:ProcessGroup._register_backend",
+                     "torch.distributed:ProcessGroup._get_backend", "torch.distributed:ProcessGroup.BackendType.CUSTOM")
 
 PHASES = ("forward", "backward", "optimizer", "data", "comm")
 FORWARD, BACKWARD, OPTIMIZER, DATA, COMM = range(len(PHASES))
@@ -85,10 +91,12 @@ class Recorder:
         self._forward_start = 0.0
         self._main = threading.main_thread().ident
         # DDP models whose reducer has a TimedGroup, and that group (held here: torch calls a Python group's
-        # methods only while its Python object lives; not in the model, which must still pickle)
+        # methods only while its Python object lives; not in the model, which must still pickle); None: the
+        # model's buckets go untimed (torch moved a name they need: upstream.py)
         self.timed_models = weakref.WeakKeyDictionary()
         self._flying = []  # DDP's bucket all-reduces in flight: (future, start, bytes, bucket, step)
         self._queued, self._queue_callback = False, None  # our final callback is queued in this backward; autograd's
+        # (None where torch moved it: DDP's buckets go untimed, upstream.py)
 
     def new_cell(self):
         self.opt_steps = self.collectives = self._depth = 0
@@ -119,6 +127,8 @@ class Recorder:
         it done (the next bucket's launch). No other thread runs for it: a Python callback on the
         future runs on gloo's thread and must take the GIL: that cost about 2% of the training's speed
         (4 ranks on 2 cores, 2 buckets a step)."""
+        if self._queue_callback is None:
+            return
         if not self._queued:
             try:
                 self._queue_callback(self._end_buckets)
@@ -198,7 +208,6 @@ class Recorder:
         self.installed = True
         import torch
         import torch.optim.optimizer as optimizers
-        from torch.utils.data import dataloader
 
         recorder, clock = self, time.monotonic
         # Inside code torch.compile traces, every hook returns at once: dynamo folds the test to a
@@ -253,7 +262,8 @@ class Recorder:
                 recorder.add(OPTIMIZER, start, clock(), step=step)
             recorder.rank.sender.measure()  # memory, between steps, on the cell's thread only
 
-        next_batch = dataloader._BaseDataLoaderIter.__next__
+        iterators = upstream.get("torch.utils.data.dataloader:_BaseDataLoaderIter")  # (None: no data spans)
+        next_batch = iterators.__next__ if iterators is not None else None
 
         def timed_next(iterator):
             if not recorder.enabled:
@@ -264,13 +274,13 @@ class Recorder:
             finally:
                 recorder.add(DATA, start, clock())
 
-        self._queue_callback = torch.autograd.Variable._execution_engine.queue_callback
+        self._queue_callback = upstream.get(QUEUE_CALLBACK)
         self._module_hooks = (pre_forward, post_forward)
         self._hook_modules()
         self._handles = [optimizers.register_optimizer_step_pre_hook(pre_step),
                          optimizers.register_optimizer_step_post_hook(post_step)]
         self._patched = [(torch.autograd, "backward", timed_backward),
-                         (dataloader._BaseDataLoaderIter, "__next__", timed_next), *self._ddp_patches()]
+                         *([(iterators, "__next__", timed_next)] if iterators is not None else []), *self._ddp_patches()]
         for owner, name, patch in self._patched:
             patch.__wrapped__ = getattr(owner, name)
             setattr(owner, name, patch)
@@ -301,6 +311,8 @@ class Recorder:
 
         recorder, clock, compiling = self, time.monotonic, torch.compiler.is_compiling
         register, forward = DDP.register_comm_hook, DDP.forward
+        # each name checked (and said, if it moved) before any is used
+        timed_groups = all([upstream.has(path) for path in TIMED_GROUP_NAMES]) and self._queue_callback is not None
 
         class TimedGroup(dist.ProcessGroup):
             """The group a DDP reducer all-reduces its buckets through: the model's own, each call
@@ -357,12 +369,21 @@ class Recorder:
                 register(ddp, None, timed_hook(ddp))
             # (a hook registered after ours: it replaces the one our wrapper runs)
 
+        def timed_group(ddp):
+            """A TimedGroup around `ddp`'s own group, put in its reducer; None where torch moved what it needs."""
+            if not (timed_groups and upstream.has("torch.nn.parallel:DistributedDataParallel.reducer", ddp)
+                    and upstream.has("torch.nn.parallel:DistributedDataParallel.process_group", ddp)):
+                return None
+            group = TimedGroup(ddp.process_group or dist.group.WORLD)
+            ddp.reducer._update_process_group(group)
+            return group
+
         def timed_forward(ddp, *args, **kwargs):
-            group = recorder.timed_models.get(ddp)
-            if group is None:
-                group = recorder.timed_models[ddp] = TimedGroup(ddp.process_group or dist.group.WORLD)
-                ddp.reducer._update_process_group(group)
-            group.launched = 0
+            if ddp not in recorder.timed_models:
+                recorder.timed_models[ddp] = timed_group(ddp)
+            group = recorder.timed_models[ddp]
+            if group is not None:
+                group.launched = 0
             if not recorder.enabled or compiling() or threading.get_ident() != recorder._main:
                 return forward(ddp, *args, **kwargs)
             # DDP times its own forward (from the outermost module's start, if a global hook saw one)
@@ -379,7 +400,8 @@ class Recorder:
     def untime_models(self):
         """Give each DDP model's reducer its own group back (at uninstall, between cells: no bucket in flight)."""
         for ddp, group in list(self.timed_models.items()):
-            ddp.reducer._update_process_group(group.real)
+            if group is not None:
+                ddp.reducer._update_process_group(group.real)
         self.timed_models.clear()
 
 
@@ -404,9 +426,10 @@ def memory(namespace):
     for value in values:
         if isinstance(value, DDP) and not value.gradient_as_bucket_view:
             # (with gradient_as_bucket_view the gradients are views into the buckets: counted once, as grads)
+            logging_data = upstream.get("torch.nn.parallel:DistributedDataParallel._get_ddp_logging_data")
             try:
-                sizes = str(value._get_ddp_logging_data().get("bucket_sizes", ""))  # "1022040,26214400": bytes
-                found["buckets"] += sum(int(s) for s in sizes.split(",") if s.strip().isdigit())
+                sizes = str(logging_data(value).get("bucket_sizes", "")) if logging_data else ""  # "1022040,26214400"
+                found["buckets"] += sum(int(s) for s in sizes.split(",") if s.strip().isdigit())  # (bytes)
             except (RuntimeError, AttributeError):  # not built yet
                 pass
         if isinstance(value, torch.nn.Module):

@@ -12,7 +12,7 @@ import time
 
 from . import cell
 from .config import tunables
-from .errors import BadRequest, CellTimeout, CollectiveMismatch, RankFailed
+from .errors import BadRequest, CellTimeout, CollectiveMismatch, DDPLabError, ExpectedFailureMissing, RankFailed
 from .monitor import Hooks
 from .timeline import CellSpans
 from .words import ranks_text, say
@@ -46,6 +46,20 @@ class Runner:
         finally:
             with lab.lock:
                 self.busy = False
+
+    def run_expecting(self, code, name, ranks, timeout, background=False):
+        """Lab.run(..., expect=name): the failure named `name` returned, any other raised."""
+        if background or not (isinstance(name, str) and name.isidentifier()):
+            raise BadRequest(f"expect={name!r}: give an error's name (like CollectiveMismatch), "
+                             "and run the cell in the foreground")
+        try:
+            self.run(code, ranks, timeout)
+        except DDPLabError as exc:
+            if name in failure_names(exc):
+                return exc
+            raise
+        raise ExpectedFailureMissing(say(self.lab.config.lang, "the cell was meant to fail with {name}, but it did "
+                                         "not", name=name))
 
     def forget(self, background):
         """The background cell is no one's to wait for any more (the pool restarted or stopped under it)."""
@@ -83,7 +97,7 @@ class Runner:
         rs.end_cell(time.monotonic())
         lab.report.notices()
         if result.recovery:
-            rs.message = " ".join(result.recovery)
+            rs.set_message(" ".join(result.recovery))
         lab.show("end")
         if stopped_by == "interrupt":
             raise KeyboardInterrupt(" ".join(result.recovery))
@@ -221,3 +235,8 @@ def watch(lab, stopping):
                     changed = True
             if changed and getattr(lab.view, "threadsafe", False):
                 lab.show("update")
+
+
+def failure_names(exc):
+    """The names a failed cell answers to: its error's classes, and each failed rank's exception."""
+    return {k.__name__ for k in type(exc).__mro__} | {f.ename for f in getattr(exc, "failures", {}).values()}

@@ -5,6 +5,8 @@
 From any live state a rank may go to failed (it raised), lost (its engine died
 or stopped answering) or stopped (the pool was stopped).
 """
+import functools
+import threading
 
 STARTING, INIT, READY, RUNNING, TRAINING, DONE = "starting", "init", "ready", "running", "training", "done"
 FAILED, LOST, STOPPED = "failed", "lost", "stopped"
@@ -75,10 +77,21 @@ class RankStatus:
         self.points = 0  # points received in the current cell
 
 
+def _locked(method):
+    @functools.wraps(method)
+    def locked(self, *args, **kwargs):
+        with self.lock:
+            return method(self, *args, **kwargs)
+    return locked
+
+
 class RunState:
     """The whole pool as the dashboard draws it: rank states plus each rank's latest facts.
 
-    `version` grows on every change, so a view can skip frames where nothing changed.
+    `version` grows on every change, so a view can skip frames where nothing changed. Every change
+    goes through a method, under the state's own lock: the cell's thread (its monitor), the watch
+    thread, a drill on the notebook's thread and a background cell's thread may change it at once.
+    Views read it without the lock (a frame may mix two moments; the next one is whole).
     """
 
     def __init__(self, world_size):
@@ -92,19 +105,23 @@ class RunState:
         self.message = ""  # what the pool is doing, e.g. start-up progress
         self.notices = {}  # what happened that the user should know once: topic -> its latest sentence
         self.version = 0
+        self.lock = threading.RLock()
 
     def touch(self):
         self.version += 1
 
+    @_locked
     def set_state(self, rank, new):
         if self.states.set(rank, new):
             self.touch()
 
+    @_locked
     def set_all(self, new):
         for r in range(self.world_size):
             self.states.set(r, new)
         self.touch()
 
+    @_locked
     def begin_cell(self, ranks, now):
         """A cell starts on `ranks`: they go to running; their per-cell facts reset."""
         self.cell += 1
@@ -119,10 +136,12 @@ class RunState:
             self.states.set(r, RUNNING)
         self.touch()
 
+    @_locked
     def end_cell(self, now):
         self.cell_ended = now
         self.touch()
 
+    @_locked
     def points_arrived(self, rank, step, loss, rate, heard, count):
         s = self.ranks[rank]
         s.step, s.heard = step, heard
@@ -135,6 +154,7 @@ class RunState:
             self.states.set(rank, TRAINING)  # training = a running rank whose points flow
         self.touch()
 
+    @_locked
     def notice(self, topic, sentence):
         """Set the sentence shown for `topic` (e.g. messages dropped from one address); True if new."""
         if self.notices.get(topic) == sentence:
@@ -143,23 +163,44 @@ class RunState:
         self.touch()
         return True
 
+    @_locked
     def set_where(self, rank, where):
         if self.ranks[rank].where != where:
             self.ranks[rank].where = where
             self.touch()
 
+    @_locked
     def set_phase(self, rank, phase):
         self.ranks[rank].phase = phase
         self.touch()
 
+    @_locked
     def set_output(self, rank, text):
         if self.ranks[rank].output != text:
             self.ranks[rank].output = text
             self.touch()
 
+    @_locked
     def fail(self, rank, error, lost=False):
         self.ranks[rank].error = error
         self.states.set(rank, LOST if lost else FAILED)
+        self.touch()
+
+    @_locked
+    def set_fault(self, rank, label):
+        """The fault drill set on `rank` (%ddp_fault), as the dashboard labels it; None: none."""
+        self.ranks[rank].fault = label
+        self.touch()
+
+    @_locked
+    def set_message(self, message):
+        """What the pool is doing (start-up progress, what was done after a failed cell)."""
+        self.message = message
+        self.touch()
+
+    @_locked
+    def clear_error(self, rank):
+        self.ranks[rank].error = None
         self.touch()
 
     def elapsed(self, now):

@@ -113,13 +113,14 @@ class Rows:
     def index(self, i):
         return self.chunks[i // CHUNK], i % CHUNK
 
-    def array(self, start=0):
-        """Rows start.. as one array (a copy)."""
-        if start >= self.n:
+    def array(self, start=0, stop=None):
+        """Rows start..stop as one array (a copy)."""
+        stop = self.n if stop is None else min(stop, self.n)
+        if start >= stop:
             return np.empty(0, SPAN)
         parts = []
         for c, chunk in enumerate(self.chunks):
-            lo, hi = max(start, c * CHUNK), min(self.n, (c + 1) * CHUNK)
+            lo, hi = max(start, c * CHUNK), min(stop, (c + 1) * CHUNK)
             if lo < hi:
                 parts.append(chunk[lo - c * CHUNK:hi - c * CHUNK])
         return np.concatenate(parts)
@@ -134,7 +135,7 @@ class CellSpans:
         self.rows = Rows()
         self.pending = {}  # collective key -> [row index, ...] until every rank has reported it
         self.memory = {}  # rank -> {rss, params, ...}
-        self.lost = 0  # spans known sent but not received (a batch the notebook did not get)
+        self.arrived = {}  # rank -> [(first row, end row)] of each of its batches, in order
 
     def add(self, rank, columns):
         """Spans from one rank (recorder.FIELDS columns as arrays; times on the rank's clock)."""
@@ -150,6 +151,7 @@ class CellSpans:
         rows["wait"] = 0.0
         first = len(self.rows)
         self.rows.extend(rows)
+        self.arrived.setdefault(rank, []).append((first, first + n))
         comm = np.flatnonzero(rows["phase"] == COMM)
         for i in comm:
             key = (int(rows["op"][i]), int(rows["bucket"][i]), int(columns["seq"][i]))
@@ -174,9 +176,22 @@ class CellSpans:
         self.pending = {}
 
     def timeline(self, lang="en", tail=None):
-        """A Timeline of the cell's spans (or of its last `tail` spans: what a live view draws)."""
-        start = max(0, len(self.rows) - tail) if tail else 0
-        return Timeline(self.cell, self.rows.array(start), self.ranks, dict(self.memory), lang)
+        """A Timeline of the cell's spans, or of each rank's last `tail` spans (what a live view draws:
+        every rank's latest steps, however the ranks' batches interleave)."""
+        if not tail:
+            return Timeline(self.cell, self.rows.array(), self.ranks, dict(self.memory), lang)
+        parts = []
+        for batches in self.arrived.values():
+            need, mine = tail, []
+            for first, end in reversed(batches):
+                take = min(need, end - first)
+                mine.append(self.rows.array(end - take, end))
+                need -= take
+                if not need:
+                    break
+            parts += reversed(mine)
+        rows = np.concatenate(parts) if parts else np.empty(0, SPAN)
+        return Timeline(self.cell, rows, self.ranks, dict(self.memory), lang)
 
 
 class Timeline:

@@ -50,6 +50,8 @@ import tempfile
 import threading
 import weakref
 
+from . import upstream
+
 STAGES = {  # in order: what a process forked at that stage has loaded
     "controller": ("ipyparallel.controller.app",),
     "engine": (
@@ -143,18 +145,32 @@ def loopback_up():
 
 def preload(between):
     """Import every stage's modules, in order; between(stage), the last stage loaded, is called
-    after each stage and after each module of the next."""
+    after each stage and after each module of the next. A module of another package's internals
+    (upstream.py) that is gone is left out: its name goes to the notebook with the stage."""
     import importlib
 
     os.environ.setdefault("PYDEVD_DISABLE_FILE_VALIDATION", "1")  # debugpy's import-time warning, to our stderr
     loaded = None
     for name, modules in STAGES.items():
         for module in modules:
-            importlib.import_module(module)
+            try:
+                importlib.import_module(module)
+            except ImportError:
+                if module not in upstream.NAMES:
+                    raise
+                upstream.feature_off(module, quiet=True)  # (said by the notebook: moved_names)
             if loaded:
                 between(loaded)
         loaded = name
         between(loaded)
+
+
+def moved_names():
+    """The listed names of other packages (upstream.py) that moved, of the modules loaded so far: turned
+    off here (and in every process forked from here) without a word, as the notebook says them once."""
+    for path in upstream.check(imported_only=True, deep=False):
+        upstream.feature_off(path, quiet=True)
+    return upstream.turned_off()
 
 
 def _reap(exits_path):
@@ -230,9 +246,12 @@ def count_new_hearts_at_once():
     """In the controller: count an engine's heart as soon as its first pong arrives. ipyparallel's
     HeartMonitor counts new hearts only at the next beat (its registration completes then), so
     every engine waited one to two beats. Its heart monitor runs in a process forked from the
-    controller, so patching the class here reaches it. ipyparallel 9.2 (pinned)."""
+    controller, so patching the class here reaches it. ipyparallel 9.2 (pinned; the names in upstream.py)."""
     from ipyparallel.controller.heartmonitor import HeartMonitor
 
+    needs = ("handle_pong", "handle_new_hearts", "hearts", "responses")
+    if not all([upstream.has(f"ipyparallel.controller.heartmonitor:HeartMonitor.{n}") for n in needs]):
+        return  # (a new engine is counted at the next beat, as ipyparallel does)
     handle_pong = HeartMonitor.handle_pong
 
     def handle_pong_counting_new(self, msg):
@@ -246,8 +265,12 @@ def count_new_hearts_at_once():
 def ipc_urls_as_clients_build_them():
     """In the controller: join an ipc:// path and its port with ':', as ipyparallel's Client and
     engines do when they read the connection file (its controller joins them with '-', the way
-    Jupyter kernels name ipc sockets, so nothing would connect). ipyparallel 9.2 (pinned)."""
+    Jupyter kernels name ipc sockets, so nothing would connect). ipyparallel 9.2 (pinned; the names in upstream.py)."""
     from ipyparallel.controller.app import IPController
+
+    needs = ("construct_url", "engine_info", "client_info")  # (and internal_info, which each controller sets)
+    if not all([upstream.has(f"ipyparallel.controller.app:IPController.{n}") for n in needs]):
+        return
 
     def construct_url(self, kind, channel, index=None):
         info = {"engine": self.engine_info, "client": self.client_info, "internal": self.internal_info}[kind]
@@ -287,10 +310,10 @@ def main(argv=None):
 
     said = []
 
-    def between(loaded):  # a stage is loaded: say so once; serve a request already waiting
+    def between(loaded):  # a stage is loaded: say so once (with the names that moved); serve a request already waiting
         if loaded not in said:
             said.append(loaded)
-            replies.write(json.dumps({"ready": loaded}) + "\n")
+            replies.write(json.dumps({"ready": loaded, "moved": moved_names()}) + "\n")
             replies.flush()
         if select.select([requests], [], [], 0)[0]:
             line = requests.readline()  # for what is loaded already (one at most: see above)
@@ -367,8 +390,11 @@ class Zygote:
 
     def __init__(self, private_network=True, why_shared=None):
         self.workdir = tempfile.mkdtemp(prefix="ddplab-zygote-")
-        # one thread while importing: each fork sets its own share (torch.set_num_threads)
-        env = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+        # one thread while importing: each fork sets its own share (torch.set_num_threads). Importing
+        # torch._dynamo makes torch's cache folder: in the zygote's own, not /tmp/torchinductor_USER (a
+        # name any account can take first, and left behind); each pool gives its ranks theirs (privacy.py)
+        env = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1",
+               "TORCHINDUCTOR_CACHE_DIR": os.path.join(self.workdir, "inductor")}
         self.private_network_asked = private_network
         self.proc = subprocess.Popen([sys.executable, "-m", "ddplab.zygote", self.workdir,
                                       *(["--private-network"] if private_network else []),
@@ -405,6 +431,9 @@ class Zygote:
         reply = json.loads(line)
         if "ready" in reply:
             self.stages.append(reply["ready"])
+            for path in reply.get("moved", ()):  # what the zygote found moved (upstream.py): said here, once each
+                if path in upstream.NAMES:
+                    upstream.feature_off(path)
         if "network" in reply:
             log.info("engine fork server: network %s%s", reply["network"], f" ({reply['why']})" if "why" in reply else "")
             if reply["network"] == "broken":

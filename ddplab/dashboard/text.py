@@ -175,7 +175,7 @@ class TextView(View):
         if any(live.run_state.ranks[r].points for r in live.run_state.running):
             self._lines(live, time.monotonic())
         if live.spans is not None and len(live.spans.rows):  # where each rank's steps went
-            for line in live.spans.timeline(self.lang, tail=4000).lines(last=10):  # (the last steps, as the dashboard)
+            for line in live.spans.timeline(self.lang, tail=1000).lines(last=10):  # (the last steps, as the dashboard)
                 self._print(f"[time]   {line}")
 
 

@@ -36,3 +36,4 @@ class View:
 
     def show(self):
         pass
+

@@ -194,7 +194,7 @@ class Dashboard(View):
         if spans is None or not len(spans.rows) or (spans, len(spans.rows)) == self._timeline_drawn:
             return
         self._timeline_drawn = (spans, len(spans.rows))  # (drawn again only when spans came)
-        self._set(self.timeline, live_view(spans.timeline(self.lang, tail=TIMELINE_TAIL * len(spans.ranks))))
+        self._set(self.timeline, live_view(spans.timeline(self.lang, tail=TIMELINE_TAIL)))
 
     @staticmethod
     def _plot_widget(W, plot, css_class):

@@ -97,9 +97,11 @@ class Magics(SphinxDirective):
 
     def run(self):
         import ddplab
+        from ddplab.inspect_magics import DDPInspectMagics
         from ddplab.magics import DDPMagics
 
-        self.env.note_dependency(inspect.getsourcefile(DDPMagics))
+        for cls in (DDPMagics, DDPInspectMagics):
+            self.env.note_dependency(inspect.getsourcefile(cls))
         out = []
         for name, fn in (("load_ext", ddplab.load_ipython_extension), ("unload_ext", ddplab.unload_ipython_extension)):
             section = self.section(f"magic-{name}", f"%{name} ddplab")
@@ -107,10 +109,11 @@ class Magics(SphinxDirective):
             section += blocks(doc[:1].upper() + doc[1:])
             out.append(section)
         magics = []
-        for kind, table in DDPMagics.magics.items():
-            for magic, method in table.items():
-                fn = getattr(DDPMagics, method)
-                magics.append((fn.__code__.co_firstlineno, "%%" if kind == "cell" else "%", magic, fn))
+        for order, cls in enumerate((DDPMagics, DDPInspectMagics)):  # in the order of their sources
+            for kind, table in cls.magics.items():
+                for magic, method in table.items():
+                    fn = getattr(cls, method)
+                    magics.append(((order, fn.__code__.co_firstlineno), "%%" if kind == "cell" else "%", magic, fn))
         for _, prefix, magic, fn in sorted(magics):
             section = self.section(f"magic-{magic}", prefix + magic)
             usage, description = parts_of(fn.__doc__ or "")

@@ -1,19 +1,45 @@
 """binder/ works: what repo2docker installs (binder/requirements.txt, then binder/postBuild's
 `pip install .`) resolves to the CPU build of torch, no CUDA package, and ddplab with its
-dependencies. (The quickstart runs through binder/start within 2 GB in tests/notebooks.)"""
+dependencies; and postBuild's command is the one the README and the docs tell users to run, the
+one the tests' user environment installs ddplab with (tests/users/accounts.py), so that what the
+tests run as a user is what users install. (The quickstart runs through binder/start within 2 GB
+in tests/notebooks.)"""
 import json
 import os
 import pathlib
+import re
+import shlex
 import subprocess
 import sys
+
+from tests.users.accounts import post_build_commands
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 
 
+def ddplab_install_lines(path, heading):
+    """The `pip install` lines but torch's (comments aside) of the first bash block after `heading` in path."""
+    text = (ROOT / path).read_text()
+    assert heading in text, f"{path}: no {heading!r} any more (where users are told how to install ddplab)"
+    block = re.search(r"```bash\n(.*?)```", text[text.index(heading):], re.S)
+    assert block, f"{path}: no bash block after {heading!r}"
+    lines = [line.split("#")[0].strip() for line in block.group(1).splitlines()]
+    return [line for line in lines if line.startswith("pip install") and "torch" not in shlex.split(line)]
+
+
+def test_users_binder_and_the_tests_install_ddplab_with_the_same_command():
+    for path, heading in (("README.md", "\nElsewhere"), ("docs/getting-started.md", "## Installing it elsewhere")):
+        assert ddplab_install_lines(path, heading) == ["pip install ."], \
+            f"{path} tells users to install ddplab otherwise than `pip install .`, which Binder runs " \
+            "(binder/postBuild) and the tests run as a user (tests/users/accounts.py)"
+    commands = post_build_commands()
+    assert len(commands) == 1 and shlex.split(commands[0])[:2] == ["python", "-m"], \
+        f"binder/postBuild: one `python -m pip install ...` line expected (the tests' user environment runs it), not {commands}"
+    assert [word for word in shlex.split(commands[0])[2:] if word != "--no-cache-dir"] == ["pip", "install", "."], \
+        f"binder/postBuild installs ddplab otherwise than `pip install .` (README.md, docs/getting-started.md): {commands[0]}"
+
+
 def test_binder_installs_cpu_torch_and_ddplab_and_no_cuda(tmp_path):
-    post_build = [line for line in (ROOT / "binder/postBuild").read_text().splitlines()
-                  if line.strip() and not line.startswith(("#", "set "))]
-    assert post_build == ["python -m pip install --no-cache-dir ."]
     env = dict(os.environ, PIP_RETRIES="0", PIP_TIMEOUT="10", PIP_DISABLE_PIP_VERSION_CHECK="1")
 
     def would_install(*args):

@@ -9,7 +9,7 @@ import time
 import pytest
 from IPython.core.error import UsageError
 
-from ddplab.errors import CellTimeout, Interrupted, RankFailed
+from ddplab.errors import BadRequest, CellTimeout, Interrupted, RankFailed
 
 pytestmark = [pytest.mark.pool, pytest.mark.xdist_group("shared-pool")]  # one worker holds the session pool
 ANSI = re.compile(r"\x1b\[[0-9;]*m")
@@ -209,6 +209,15 @@ def test_a_cell_meant_to_fail_shows_its_failure_as_expected(ip, whole, capsys):
     missing = ddp(ip, "x = 1", "--expect RankFailed").error_in_exec
     assert isinstance(missing, ExpectedFailureMissing) and "did not" in str(missing)
     assert isinstance(ddp(ip, "pass", "--expect 'not a name'").error_in_exec, UsageError)
+    # the same from a script (Lab.run): the expected failure is returned, the others raised
+    failure = whole.run("if rank == 3:\n    [][1]", expect="IndexError")
+    assert isinstance(failure, RankFailed) and failure.failures[3].ename == "IndexError"
+    with pytest.raises(ExpectedFailureMissing, match="meant to fail with RankFailed"):
+        whole.run("x = 1", expect="RankFailed")
+    with pytest.raises(RankFailed):
+        whole.run("if rank == 3:\n    [][1]", expect="KeyError")
+    with pytest.raises(BadRequest, match="an error's name"):
+        whole.run("pass", expect="not a name")
     assert ddp(ip, "t = torch.ones(1)\ndist.all_reduce(t)").success and list(whole.states) == ["done"] * 4
 
 

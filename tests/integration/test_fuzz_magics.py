@@ -82,7 +82,9 @@ def parses(ip, magic, line):
     from ddplab.magics import _parse
 
     try:
-        _parse(getattr(ip.magics_manager.registry["DDPMagics"], magic), line)
+        registry = ip.magics_manager.registry
+        owner = next(m for m in (registry["DDPMagics"], registry["DDPInspectMagics"]) if hasattr(m, magic))
+        _parse(getattr(owner, magic), line)
         return True
     except UsageError:
         return False

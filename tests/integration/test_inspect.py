@@ -125,6 +125,12 @@ def test_post_mortem_debugger_on_the_root_cause_rank(ip, pool, capsys):
     assert "(Pdb rank 2) p x\n12" in out and "->\ty = f(x)" in out and "36" in out and "(Pdb rank 2) p rank\n2" in out
     ip.run_line_magic("ddp_debug", "0 -c 'p rank'")
     assert "(Pdb rank 0) p rank\n0" in capsys.readouterr().out
+    # the same prompt from a script (Lab.debug.session): its questions and answers through the callables given
+    rank, _ = pool.debug.start(2)
+    answers, shown = iter(["p a", "up", "p x * 2", "q", "p x"]), []
+    pool.debug.session(rank, ask=lambda prompt: shown.append(prompt) or next(answers),
+                       show=lambda text, end="\n": shown.append(text))
+    assert shown[:2] == ["(Pdb rank 2) ", "12\n"] and "24\n" in shown and next(answers) == "p x"  # q ended it
     assert ddp(ip, "pass").success
     with pytest.raises(UsageError, match="no rank failed in the last cell"):
         ip.run_line_magic("ddp_debug", "")

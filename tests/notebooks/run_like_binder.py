@@ -1,28 +1,30 @@
-"""Run a notebook the way Binder would, and measure memory (run through binder/start).
+"""Run a notebook as Binder would, and measure its memory (tests/notebooks/test_quickstart.py).
 
-    bash binder/start python run_like_binder.py NOTEBOOK OUT.json EXECUTED.ipynb
-
-Executes every cell; after each cell that starts or uses the pool, it sums the proportional set
-size (PSS: shared pages split among the processes sharing them) of the kernel and all its
-descendants (engines, controller, the zygote, helpers), and keeps the peak. Writes errors, outputs
-and the peak to OUT.json, and the executed notebook to EXECUTED.ipynb.
+run(path, km, env, probe) executes every cell of the notebook at `path` in the kernel `km` starts
+(the test's: as an ordinary account, through binder/start, with a user's install of ddplab), in the
+notebook's folder. After each cell that starts or uses the pool it sums the proportional set size
+(PSS: shared pages split among the processes sharing them) of the kernel and all its descendants
+(engines, controller, the zygote, helpers), keeps the peak, and notes whose processes they are.
+Then it runs `probe` in that kernel (a cell not kept in the notebook: what it prints is returned)
+and shuts the kernel down. Returns the executed notebook, with its widget state as a saved notebook
+keeps it, and what was measured.
 """
-import json
 import pathlib
-import sys
 
 import nbformat
 import psutil
 from nbclient import NotebookClient
 
-sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[2]))  # the repository: bench.common
-from bench.common import ipc_kernel  # noqa: E402
+
+def tree(pid):
+    """The kernel and its descendants."""
+    kernel = psutil.Process(pid)
+    return [kernel, *kernel.children(recursive=True)]
 
 
-def pss(pid):
+def pss(processes):
     total = 0
-    root = psutil.Process(pid)
-    for p in [root, *root.children(recursive=True)]:
+    for p in processes:
         try:
             total += p.memory_full_info().pss
         except psutil.Error:
@@ -30,32 +32,38 @@ def pss(pid):
     return total
 
 
-def main(path, out, executed):
+def uids(processes):
+    found = set()
+    for p in processes:
+        try:
+            found.add(p.uids().real)
+        except psutil.Error:
+            pass
+    return found
+
+
+def run(path, km, env, probe):
     nb = nbformat.read(path, as_version=4)
-    client = NotebookClient(nb, km=ipc_kernel(), timeout=120,
-                            resources={"metadata": {"path": str(pathlib.Path(path).parent)}})
-    peak, ranks = 0, 0
-    with client.setup_kernel(cwd=str(pathlib.Path(path).parent)):
-        pid = client.km.provisioner.pid
+    folder = str(pathlib.Path(path).parent)
+    client = NotebookClient(nb, km=km, timeout=120, shutdown_kernel="immediate", resources={"metadata": {"path": folder}})
+    measured = {"peak_pss": 0, "processes": 0, "uids": set()}
+    with client.setup_kernel(cwd=folder, env=env, cleanup_kc=True):  # (cleanup: the kernel is shut down, even on failure)
+        pid = km.provisioner.pid
+        measured["kernel"] = psutil.Process(pid).cmdline()
         for i, cell in enumerate(nb.cells):
             if cell.cell_type != "code":
                 continue
             client.execute_cell(cell, i)
             if "ddp" in cell.source and "%ddp_stop" not in cell.source:
-                ranks = max(ranks, len(psutil.Process(pid).children(recursive=True)))
-                peak = max(peak, pss(pid))
+                processes = tree(pid)
+                measured["processes"] = max(measured["processes"], len(processes) - 1)
+                measured["peak_pss"] = max(measured["peak_pss"], pss(processes))
+                measured["uids"] |= uids(processes)
         client.set_widgets_metadata()
-    client.km.shutdown_kernel(now=True)
-    outputs = ["".join(o.get("text", "") or o.get("data", {}).get("text/plain", "") for o in c.outputs)
-               for c in nb.cells if c.cell_type == "code"]
-    errors = [o.get("evalue") for c in nb.cells if c.cell_type == "code" for o in c.outputs
-              if o.output_type == "error"]
-    import torch
-
-    nbformat.write(nb, executed)  # with the widget state, as a saved notebook keeps it
-    pathlib.Path(out).write_text(json.dumps({"peak_pss": peak, "processes": ranks, "errors": errors,
-                                             "outputs": outputs, "torch": torch.__version__}))
-
-
-if __name__ == "__main__":
-    main(*sys.argv[1:])
+        nb.cells.append(nbformat.v4.new_code_cell(probe))
+        try:
+            said = client.execute_cell(nb.cells[-1], len(nb.cells) - 1)
+        finally:
+            nb.cells.pop()
+    measured["probe"] = "".join(o.get("text", "") for o in said.outputs)
+    return nb, measured

@@ -1,22 +1,54 @@
-"""The quickstart notebook, executed end to end by nbclient in a real kernel, the way Binder runs
-it (through binder/start), with the memory of the kernel and its pool measured: within Binder's 2 GB."""
+"""The quick start, executed end to end by nbclient as a user runs it on Binder: as an ordinary
+account (made for the test, removed after) with ddplab installed as users install it (binder/postBuild's
+`pip install .`, runtime dependencies only: tests/users/accounts.py), the kernel started through
+binder/start, and the memory of the kernel and its pool measured: within Binder's 2 GB."""
 import datetime
 import json
+import os
 import pathlib
 import re
+import shutil
 import subprocess
-import sys
 
 import nbformat
 import pytest
 
+from tests.users.accounts import Account, account_env, user_env, user_kernel, wait_until
+
 from ..conftest import descendants
 from .conftest import ARTIFACTS
+from .run_like_binder import run
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
-NOTEBOOKS = ROOT / "notebooks"
 LIMIT = 2 * 10**9  # bytes: a Binder session has 2 GB
 pytestmark = pytest.mark.pool
+# run in the kernel after the notebook (not kept in it): whose kernel it was, and what it could import
+PROBE = """import importlib.util, json, os, sys
+import ddplab, torch
+print(json.dumps({"uid": os.getuid(), "python": sys.executable, "torch": torch.__file__, "ddplab": ddplab.__file__,
+                  "threads": [os.environ.get("OMP_NUM_THREADS"), os.environ.get("MKL_NUM_THREADS"),
+                              torch.get_num_threads()],
+                  "test_extras": [m for m in ("pytest", "xdist", "hypothesis", "playwright", "mpi4py", "importlinter",
+                                              "sphinx") if importlib.util.find_spec(m)]}))"""
+
+
+@pytest.fixture(scope="module")
+def env():
+    return user_env()
+
+
+@pytest.fixture
+def binder_user():
+    """An ordinary account with what a Binder session of this repository has in its home (the clone):
+    the quick start, and binder/start."""
+    account = Account.make("ddpq")
+    home = pathlib.Path(account.home)
+    for item in ("notebooks/00_quickstart.ipynb", "binder/start"):
+        (home / item).parent.mkdir(exist_ok=True)
+        shutil.copy(ROOT / item, home / item)
+    subprocess.run(["chown", "-R", f"{account.uid}:{account.gid}", home / "notebooks", home / "binder"], check=True)
+    yield account
+    account.remove()
 
 
 def text_of(cell):
@@ -31,17 +63,28 @@ def find(nb, source_start):
 
 
 @pytest.mark.slow
-def test_quickstart_runs_end_to_end_within_binders_memory(tmp_path):
+def test_quickstart_runs_end_to_end_within_binders_memory(env, binder_user):
     before = descendants()
-    out, executed = tmp_path / "result.json", tmp_path / "quickstart.ipynb"
-    subprocess.run(["bash", "binder/start", sys.executable, str(pathlib.Path(__file__).parent / "run_like_binder.py"),
-                    str(NOTEBOOKS / "00_quickstart.ipynb"), str(out), str(executed)], cwd=ROOT, check=True, timeout=300)
-    result = json.loads(out.read_text())
-    nb = nbformat.read(executed, as_version=4)
+    home = pathlib.Path(binder_user.home)
+    notebook = home / "notebooks" / "00_quickstart.ipynb"
+    km, folder = user_kernel(binder_user, env, launcher=["bash", home / "binder" / "start"])
+    try:  # (jupyter_server tells the kernel its notebook's path)
+        nb, result = run(notebook, km, account_env(binder_user, JPY_SESSION_NAME=str(notebook)), PROBE)
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
     nbformat.write(nb, ARTIFACTS / "00_quickstart.ipynb")  # the docs render it from here (no second run)
     errors = [o for c in nb.cells if c.cell_type == "code" for o in c.outputs if o.output_type == "error"]
-    assert errors == [] and result["errors"] == []
+    assert errors == []
+    # as a user runs it: the kernel and every process of its pool the account's, the user's python and
+    # install of ddplab and torch (no test extras), the threads binder/start sets
+    probe = json.loads(result["probe"].strip().splitlines()[-1])
+    venv = str(env.parent.parent) + os.sep
+    assert result["kernel"][0] == probe["python"] == str(env), (result["kernel"], probe)
+    assert probe["uid"] == binder_user.uid and result["uids"] == {binder_user.uid}, (probe, result["uids"])
+    assert probe["ddplab"].startswith(venv) and probe["torch"].startswith(venv), probe
+    assert probe["test_extras"] == [], probe
+    assert probe["threads"] == ["1", "1", 1], probe
     print(f"kernel + pool of 4 after training: {result['peak_pss'] / 1e6:.0f} MB PSS")
     assert result["processes"] >= 4 and 0 < result["peak_pss"] < LIMIT
     start = find(nb, "%ddp_start")
@@ -61,6 +104,10 @@ def test_quickstart_runs_end_to_end_within_binders_memory(tmp_path):
     assert "stopped 4 ranks" in text_of(find(nb, "%ddp_stop"))
     assert re.search(r"History\(768 points from ranks 0-3", text_of(find(nb, "h = %ddp_history")))
     assert descendants() <= before  # kernel and pool are gone
+    assert wait_until(lambda: binder_user.processes() == [], 10), binder_user.processes()  # every process of the account
+    # nor a file of its in /tmp (torch._dynamo, which the zygote imports, makes torch's cache folder: in the
+    # zygote's own folder, not /tmp/torchinductor_USER)
+    assert binder_user.in_tmp() == []
 
     # the training cell keeps a static picture of how it ended: every rank done, both plots
     snapshot = "".join(o.get("data", {}).get("text/html", "") for o in find(nb, "%%ddp\nfrom torch.nn.parallel").outputs)

@@ -1,7 +1,9 @@
-"""The dashboard in a real JupyterLab, rendered by headless Chromium (driven by Playwright).
+"""The dashboard in the two front ends users open notebooks in, JupyterLab and Notebook 7 (the
+`notebook` package), rendered by headless Chromium (driven by Playwright).
 
-Runs the quickstart notebook with Run > Run All and watches the live dashboard while it trains.
+Runs the quickstart notebook with Run > Run All in each and watches the live dashboard while it trains.
 """
+import contextlib
 import json
 import os
 import pathlib
@@ -19,7 +21,20 @@ ARTIFACTS = ROOT / "tests" / "ui" / "artifacts"
 CHROMIUM = "/usr/bin/chromium"
 CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--no-first-run", "--disable-background-networking",
                  "--disable-component-update", "--disable-sync"]
-pytestmark = [pytest.mark.pool, pytest.mark.xdist_group("jupyterlab")]  # one server
+pytestmark = [pytest.mark.pool, pytest.mark.xdist_group("jupyterlab")]  # one worker: the servers, one browser
+
+# What differs between the front ends: the server's command (python -m MODULE), where a notebook opens, the
+# name the page gives itself (jupyter-config-data's appName), and the screenshots' names. The page itself
+# (Lumino menus, notebook panel, toolbar, output areas) is made of the same JupyterLab components in both.
+FRONT_ENDS = {
+    "jupyterlab": {"module": "jupyterlab", "open": "/lab/tree/{}?reset&", "app": "JupyterLab", "suffix": "",
+                   "how": "./dev test installs it (a dependency of ddplab)"},  # reset: only this notebook open
+    "notebook7": {"module": "notebook", "open": "/notebooks/{}?", "app": "Jupyter Notebook", "suffix": "-notebook7",
+                  "how": "./dev test installs it (notebook>=7, in the test extra)"},
+}
+# no "would you like to get notified about Jupyter news?" toast over the pictures
+NO_NEWS = {"@jupyterlab/apputils-extension/notification.jupyterlab-settings": {"fetchNews": "false",
+                                                                                "checkForUpdates": False}}
 
 
 def free_port():
@@ -28,24 +43,38 @@ def free_port():
         return s.getsockname()[1]
 
 
-@pytest.fixture(scope="module")
-def jupyterlab(tmp_path_factory):
-    """JupyterLab on loopback with a token, serving a copy of the notebooks; ended by its pid."""
+@contextlib.contextmanager
+def jupyter_server(tmp_path_factory, front_end):
+    """The front end's own server (python -m jupyterlab, python -m notebook) on loopback with a token,
+    serving a copy of the quick start; ended by its pid."""
+    fe = FRONT_ENDS[front_end]
     if not os.path.exists(CHROMIUM):
         pytest.fail(f"{CHROMIUM} is missing: ./dev test installs Debian's chromium package")
-    root = tmp_path_factory.mktemp("lab")
+    try:
+        __import__(fe["module"])
+    except ImportError:
+        pytest.fail(f"{fe['module']} is not installed: {fe['how']}")
+    if front_end == "notebook7":
+        import notebook
+        if int(notebook.__version__.split(".")[0]) < 7:
+            pytest.fail(f"notebook {notebook.__version__} is not Notebook 7: {fe['how']}")
+    root = tmp_path_factory.mktemp(front_end)
     shutil.copy(ROOT / "notebooks" / "00_quickstart.ipynb", root)
     port, token = free_port(), "ddplab-test-token"
-    home = tmp_path_factory.mktemp("jupyter-home")  # settings and workspaces of this server only
-    log = open(root / "jupyter.log", "w")
+    home = tmp_path_factory.mktemp(f"{front_end}-home")  # settings and workspaces of this server only
+    for name, settings in NO_NEWS.items():
+        (home / "settings" / name).parent.mkdir(parents=True, exist_ok=True)
+        (home / "settings" / name).write_text(json.dumps(settings))
+    log = open(home / "jupyter.log", "w")  # (not in root: the file browser of the pictures shows root)
     server = subprocess.Popen(
-        [sys.executable, "-m", "jupyterlab", "--no-browser", "--allow-root", f"--ServerApp.port={port}",
+        [sys.executable, "-m", fe["module"], "--no-browser", "--allow-root", f"--ServerApp.port={port}",
          "--ServerApp.ip=127.0.0.1", f"--IdentityProvider.token={token}", f"--ServerApp.root_dir={root}",
-         "--LabApp.news_url=", "--ServerApp.open_browser=False", f"--LabApp.workspaces_dir={home / 'ws'}",
-         f"--LabApp.user_settings_dir={home / 'settings'}"],
+         "--LabApp.news_url=", "--ServerApp.open_browser=False"],
         stdout=log, stderr=subprocess.STDOUT, cwd=root,
+        # both front ends read their settings and workspaces from JUPYTERLAB_*_DIR
         env=dict(os.environ, PYTHONPATH=str(ROOT), JUPYTER_CONFIG_DIR=str(home / "config"),
-                 JUPYTER_RUNTIME_DIR=str(home / "runtime")))
+                 JUPYTER_RUNTIME_DIR=str(home / "runtime"), JUPYTERLAB_SETTINGS_DIR=str(home / "settings"),
+                 JUPYTERLAB_WORKSPACES_DIR=str(home / "ws")))
     url = f"http://127.0.0.1:{port}"
     try:
         deadline = time.monotonic() + 90
@@ -55,8 +84,8 @@ def jupyterlab(tmp_path_factory):
                 break
             except OSError as exc:
                 if server.poll() is not None or time.monotonic() > deadline:
-                    raise RuntimeError("JupyterLab did not start:\n" + (root / "jupyter.log").read_text()[-3000:]) from exc
-                time.sleep(0.3)
+                    raise RuntimeError(f"{front_end} did not start:\n" + (home / "jupyter.log").read_text()[-3000:]) from exc
+                time.sleep(0.3)  # the server answers nothing we could wait on before it listens
         yield url, token, root
     finally:
         server.terminate()
@@ -69,6 +98,18 @@ def jupyterlab(tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
+def jupyterlab(tmp_path_factory):
+    with jupyter_server(tmp_path_factory, "jupyterlab") as server:
+        yield server
+
+
+@pytest.fixture(scope="module")
+def notebook7(tmp_path_factory):
+    with jupyter_server(tmp_path_factory, "notebook7") as server:
+        yield server
+
+
+@pytest.fixture(scope="module")
 def browser():
     from playwright.sync_api import sync_playwright
 
@@ -78,35 +119,53 @@ def browser():
         b.close()
 
 
-TOKEN_STATES = """() => {
+# one look at the first (live: %ddp_start's) dashboard: the ranks' states, each plot's frame and the number of
+# points its lines have, the swimlanes
+LOOK = """() => {
   const dash = document.querySelector('.ddplab-dashboard');
   if (!dash) return null;
-  return Array.from(dash.querySelectorAll('g.rank-token')).map(g => g.dataset.state);
+  const plot = (cls) => { const s = dash.querySelector(`.${cls} svg`);
+    return s ? {frame: s.dataset.frame, points: Array.from(s.querySelectorAll('polyline'))
+      .reduce((n, l) => n + l.getAttribute('points').trim().split(/\\s+/).length, 0)} : null; };
+  const lanes = dash.querySelector('.ddplab-timeline-view svg.ddplab-swimlane');
+  return {states: Array.from(dash.querySelectorAll('g.rank-token')).map(g => g.dataset.state),
+    loss: plot('ddplab-loss-plot'), rate: plot('ddplab-rate-plot'),
+    lanes: lanes && {backward: lanes.querySelectorAll('rect.span-backward').length,
+      ranks: Array.from(lanes.querySelectorAll('text')).map(t => t.textContent)
+        .filter(t => t.startsWith('rank ')).map(t => +t.slice(5)),
+      x: Array.from(lanes.querySelectorAll('rect.span-backward')).map(r => r.getAttribute('x')).join(',')}};
 }"""
-# every change of the tokens' states, recorded in the page as it happens (polling from here can miss a
-# state that lasts less than a round trip when the machine is busy)
-WATCH_STATES = """() => {
-  window.__ddplabStates = [];
+# every change of the dashboard, recorded in the page as it happens (polling from here can miss a state that
+# lasts less than a round trip when the machine is busy)
+WATCH = """() => {
+  window.__ddplabLooks = [];
   let last = null;
   new MutationObserver(() => {
-    const states = (""" + TOKEN_STATES + """)();
-    if (states && states.length && JSON.stringify(states) !== last) {
-      last = JSON.stringify(states);
-      window.__ddplabStates.push(states);
+    const look = (""" + LOOK + """)();
+    if (look && look.states.length && JSON.stringify(look) !== last) {
+      last = JSON.stringify(look);
+      window.__ddplabLooks.push(look);
     }
-  }).observe(document.body, {subtree: true, childList: true, attributes: true, attributeFilter: ['data-state']});
+  }).observe(document.body, {subtree: true, childList: true, attributes: true,
+                              attributeFilter: ['data-state', 'data-frame']});
 }"""
-# the loss plot's lines (an SVG over the axes picture) carry the number of the frame they show
-LOSS_FRAME = "() => { const s = document.querySelector('.ddplab-loss-plot svg'); return s ? s.dataset.frame : null; }"
+# the loss plot's frames drawn while some rank trained, as the page saw them
+TRAINING_FRAMES = """() => new Set(window.__ddplabLooks.filter(l => l.states.includes('training') && l.loss)
+  .map(l => l.loss.frame)).size"""
+FINISHED = """() => { const looks = window.__ddplabLooks;
+  return looks.some(l => l.states.includes('training')) && looks[looks.length - 1].states.every(s => s === 'stopped'); }"""
 
 
-def run_all(browser, url, token, notebook, height, width=1400):
-    """Open the notebook in JupyterLab, wait for its kernel, then Run > Run All."""
+def run_all(browser, url, token, notebook, height, width=1400, front_end="jupyterlab"):
+    """Open the notebook in the front end, wait for its kernel, then Run > Run All (both front ends have it)."""
+    fe = FRONT_ENDS[front_end]
     page = browser.new_page(viewport={"width": width, "height": height})
     page.set_default_timeout(60_000)
-    page.goto(f"{url}/lab/tree/{notebook}?reset&token={token}")  # reset: only this notebook open
+    page.goto(f"{url}{fe['open'].format(notebook)}token={token}")
     page.wait_for_selector(".jp-NotebookPanel .jp-Cell >> visible=true", timeout=90_000)
-    # JupyterLab may ask which kernel to start: take the one the notebook names (Python 3)
+    app = page.evaluate("() => JSON.parse(document.getElementById('jupyter-config-data').textContent).appName")
+    assert app == fe["app"], f"{front_end}: the page is {app!r}"
+    # the front end may ask which kernel to start: take the one the notebook names (Python 3)
     try:
         page.click(".jp-Dialog .jp-mod-accept", timeout=10_000)
     except Exception:  # noqa: BLE001, S110 - Playwright's TimeoutError: no dialog, the kernel started by itself
@@ -115,73 +174,75 @@ def run_all(browser, url, token, notebook, height, width=1400):
     page.wait_for_function("() => document.querySelector('.jp-Notebook-ExecutionIndicator')"
                            "?.dataset.status === 'idle'", timeout=60_000)
     page.click(".lm-MenuBar-itemLabel:text-is('Run')")
-    page.click(".lm-Menu-item[data-command='runmenu:run-all']")
+    page.click(".lm-Menu-item[data-command='runmenu:run-all']")  # Run All Cells
     return page
 
 
-def test_dashboard_renders_and_updates_live_in_jupyterlab(jupyterlab, browser):
-    url, token, root = jupyterlab
-    ARTIFACTS.mkdir(exist_ok=True)
-    page = run_all(browser, url, token, "00_quickstart.ipynb", height=1000)
-    page.evaluate(WATCH_STATES)
+@pytest.fixture(params=list(FRONT_ENDS))
+def front_end(request):
+    """(name, (url, token, root)): the front end's server, started when the first test needs it."""
+    return request.param, request.getfixturevalue(request.param)
 
-    frames, states_seen, training_frames, live_shot, lanes = set(), [], set(), False, set()
-    deadline = time.monotonic() + 180
-    last_states = None
-    while time.monotonic() < deadline:
-        states = page.evaluate(TOKEN_STATES)
-        src = page.evaluate(LOSS_FRAME)
-        if states:
-            if states != last_states:
-                states_seen.append(tuple(states))
-                last_states = states
-            lane = page.evaluate(SWIMLANE)
-            if lane and "training" in states:
-                lanes.add(lane)
-            if src:
-                frames.add(src)
-                if "training" in states:
-                    training_frames.add(src)
-                    if len(training_frames) == 4 and not live_shot:  # mid-training, for the README
-                        page.locator(".ddplab-dashboard").first.screenshot(path=str(ARTIFACTS / "dashboard-live.png"))
-                        live_shot = True
-            if all(s == "stopped" for s in states) and len(states_seen) > 2:
-                break
-        time.sleep(0.05)
-    else:
-        page.screenshot(path=str(ARTIFACTS / "timeout.png"), full_page=True)
-        pytest.fail(f"the notebook did not finish in 180 s; states seen: {states_seen[-5:]}")
+
+def test_dashboard_renders_and_updates_live(front_end, browser):
+    name, (url, token, root) = front_end
+    suffix = FRONT_ENDS[name]["suffix"]
+    ARTIFACTS.mkdir(exist_ok=True)
+    page = run_all(browser, url, token, "00_quickstart.ipynb", height=1000, front_end=name)
+    page.evaluate(WATCH)
+    began = time.monotonic()
+
+    def looks():
+        return page.evaluate("() => window.__ddplabLooks")
+
+    def timed_out(what):
+        page.screenshot(path=str(ARTIFACTS / f"timeout{suffix}.png"), full_page=True)
+        pytest.fail(f"{name}: {what} in 180 s; the last states seen: {[l['states'] for l in looks()[-5:]]}")
+
+    # mid-training (the loss plot's 4th frame while training): the pictures of the live dashboard
+    try:
+        page.wait_for_function(f"() => ({TRAINING_FRAMES})() >= 4", timeout=180_000, polling=50)
+    except Exception:  # noqa: BLE001 - Playwright's TimeoutError
+        timed_out("the loss plot did not draw 4 frames while the ranks trained")
+    live = page.locator(".ddplab-dashboard").first
+    live.evaluate("e => e.scrollIntoView({block: 'start'})")
+    page.screenshot(path=str(ARTIFACTS / f"{name}.png"))  # the front end around it (docs/getting-started.md)
+    live.screenshot(path=str(ARTIFACTS / f"dashboard-live{suffix}.png"))
+    try:
+        page.wait_for_function(FINISHED, timeout=max(1_000, 180_000 - 1000 * (time.monotonic() - began)))
+    except Exception:  # noqa: BLE001 - Playwright's TimeoutError
+        timed_out("the notebook did not finish")
 
     errors = page.locator(".jp-OutputArea-output[data-mime-type='application/vnd.jupyter.stderr']:has-text('Error')")
     assert errors.count() == 0, errors.first.inner_text()
+    seen = looks()
     # each rank went init -> training -> done, and ended done before %ddp_stop (as the page saw it change)
-    states_seen = [tuple(s) for s in page.evaluate("() => window.__ddplabStates")]
+    states_seen = [tuple(l["states"]) for i, l in enumerate(seen) if i == 0 or l["states"] != seen[i - 1]["states"]]
     assert ("init",) * 4 in states_seen  # start-up shown live (ready passes too fast to see with Run All)
     assert any("training" in s for s in states_seen)
-    assert states_seen[-2] == ("done",) * 4 and states_seen[-1] == ("stopped",) * 4
-    assert len(training_frames) >= 3, f"loss plot frames while training: {len(training_frames)}"
-    # the timeline's swimlanes were drawn while the ranks trained, and changed as the steps went by
-    assert len(lanes) >= 2 and all(lane["backward"] > 0 and set(lane["ranks"]) == {0, 1, 2, 3}
-                                   for lane in map(json.loads, lanes)), lanes
+    assert states_seen[-2] == ("done",) * 4 and states_seen[-1] == ("stopped",) * 4, states_seen[-5:]
+    training = [l for l in seen if "training" in l["states"]]
+    # both plots were drawn again and again while the ranks trained, their lines growing
+    for plot in ("loss", "rate"):
+        drawn = [l[plot] for l in training if l[plot]]
+        frames = {d["frame"] for d in drawn}
+        assert len(frames) >= 3, f"{name}: {plot} plot frames while training: {len(frames)}"
+        points = [d["points"] for d in drawn]
+        assert max(points) > min(points), f"{name}: the {plot} plot's lines did not grow: {drawn}"
+    # the timeline's swimlanes were drawn while the ranks trained, with their backward passes, and changed as
+    # the steps went by (until the training's first spans come, the lanes of the cell before it stay: no backward)
+    lanes = [json.loads(lane) for lane in {json.dumps(l["lanes"], sort_keys=True) for l in training if l["lanes"]}]
+    assert all(set(lane["ranks"]) == {0, 1, 2, 3} for lane in lanes), lanes
+    assert len([lane for lane in lanes if lane["backward"] > 0]) >= 2, f"{name}: swimlanes while training: {lanes}"
 
     # the training cell keeps a static picture of its end: one row per rank, every rank at done
     snap = page.locator(".ddplab-snapshot").first
     snap.scroll_into_view_if_needed()
     assert snap.locator("tr.ddplab-rank").count() == 4
     assert snap.locator("g.rank-token[data-state='done']").count() == 4
-    snap.screenshot(path=str(ARTIFACTS / "dashboard-snapshot.png"))
-    live = page.locator(".ddplab-dashboard").first
+    snap.screenshot(path=str(ARTIFACTS / f"dashboard-snapshot{suffix}.png"))
     assert live.locator("tr.ddplab-rank").count() == 4
-    live.scroll_into_view_if_needed()
-    page.screenshot(path=str(ARTIFACTS / "jupyterlab.png"))
 
-
-SWIMLANE = """() => { const s = document.querySelector('.ddplab-dashboard .ddplab-timeline-view svg.ddplab-swimlane');
-  if (!s) return null;
-  return JSON.stringify({backward: s.querySelectorAll('rect.span-backward').length,
-    comm: s.querySelectorAll('rect.span-comm').length, ranks: Array.from(s.querySelectorAll('text'))
-      .map(t => t.textContent).filter(t => t.startsWith('rank ')).map(t => +t.slice(5)),
-    x: Array.from(s.querySelectorAll('rect.span-backward')).map(r => r.getAttribute('x')).join(',')}); }"""
 
 FITS = """() => Array.from(document.querySelectorAll('.ddplab-dashboard .ddplab-table')).map(t => {
   const area = t.closest('.jp-OutputArea-output').getBoundingClientRect();

@@ -2,9 +2,11 @@
 import time
 from types import SimpleNamespace
 
+from ddplab import escalation as esc_stages
 from ddplab import state as st
 from ddplab.cell import collect, plan_recovery, recovery_notes, shows_a_value
 from ddplab.config import tunables
+from ddplab.escalation import Escalation, Waits
 from ddplab.monitor import Hooks, Monitor, Outcome, RankSeen
 from ddplab.telemetry import Live
 
@@ -177,7 +179,7 @@ def test_after_sigint_ranks_that_do_not_stop_are_killed_one_at_a_time():
     monitor, replies, calls, _ = fake_monitor()
     monitor.interrupt()
     assert calls["interrupt"] == [[0, 1, 2]]
-    monitor.escalated_at -= tunables().escalate
+    monitor.escalation.since -= tunables().escalate
     monitor.check()
     assert calls["kill"] == [[2]] and monitor.killed == {2}
     monitor.check()
@@ -189,21 +191,21 @@ def test_after_sigint_ranks_that_do_not_stop_are_killed_one_at_a_time():
 def test_after_sigint_links_are_cut_first_and_ranks_leaving_the_cell_are_given_time():
     monitor, replies, calls, _ = fake_monitor(cut=True)
     monitor.interrupt()
-    monitor.escalated_at -= tunables().escalate
+    monitor.escalation.since -= tunables().escalate
     monitor.check()
     assert calls["cut"] == [[0, 1, 2]] and calls["kill"] == []  # cut first: the ranks keep their variables
     rs = monitor.live.run_state
     rs.set_where(0, {"line": None})  # out of the cell's code: its reply is on the way
     rs.set_where(1, {"line": None})
     rs.set_where(2, {"op": "all_reduce", "line": 3, "since": 4})  # still in a collective
-    monitor.escalated_at -= tunables().escalate
+    monitor.escalation.since -= tunables().escalate
     monitor.check()
     assert calls["kill"] == [[2]]  # only the rank whose stack says it is stuck
     replies.replies[2] = Remote("KeyboardInterrupt", "")
-    monitor.escalated_at -= tunables().escalate
+    monitor.escalation.since -= tunables().escalate
     monitor.check()
     assert calls["kill"] == [[2]]  # ranks 0 and 1 leave the cell: not killed for being slow to reply
-    monitor.escalated_at -= 4 * tunables().escalate
+    monitor.escalation.since -= tunables().leave_grace
     monitor.check()
     assert calls["kill"] == [[2], [1]]  # ... unless they never reply
 
@@ -281,7 +283,8 @@ def test_a_rank_never_heard_from_is_not_declared_lost_on_the_way():
 
 def test_settling_after_sigint_is_bounded_even_when_engines_never_answer():
     monitor, replies, calls, _ = fake_monitor()
-    monitor.reply_grace, monitor.escalate = 0.05, 0.01
+    monitor.reply_grace = 0.05
+    monitor.escalation.waits = Waits(0.01, 0.01, 0.01)
     monitor.interrupt()
     tic = time.monotonic()
     monitor.settle()
@@ -295,3 +298,29 @@ def test_what_was_done_after_a_failed_cell_is_said_in_the_pool_language():
     assert recovery_notes(Recovery(reform=True), 4, 1.5, 0.04, lang="zh") == ["进程组已重新组建，用时 40 毫秒；变量都保留着"]
     lost = recovery_notes(Recovery(lost=[2]), 4, 1.5, lang="zh")[0]
     assert lost.startswith("rank 2 已丢失") and "rank 0、1、3 保留各自的变量" in lost
+
+
+def test_escalation_goes_cut_then_sigint_then_one_kill_at_a_time_and_progress_restarts_each_wait():
+    esc = Escalation(Waits(escalate=1.0, after_cut=3.0, leave_grace=6.0))
+    assert esc.due(100.0) is None  # watching: nothing is due however long a cell runs
+    esc.progress(4, 0.0)
+    esc.did("cut", 0.0)  # collectives that can never finish: links cut
+    assert esc.stage == esc_stages.CUT and esc.due(2.9) is None and esc.due(3.0) == "interrupt"
+    esc.progress(3, 2.5)  # a rank stopped: the others may follow, the wait starts again
+    assert esc.due(5.4) is None and esc.due(5.5) == "interrupt"
+    esc.did("interrupt", 5.5)
+    assert esc.stage == esc_stages.INTERRUPTED and esc.due(6.4) is None
+    assert esc.due(6.5) == "kill"  # the links were cut already: straight to killing
+    esc.did("kill", 6.5)
+    assert esc.stage == esc_stages.KILLING and esc.due(7.4) is None and esc.due(7.5) == "kill"
+    assert esc.due(7.5, any_stuck=False) is None and esc.due(12.5, any_stuck=False) == "kill"  # leave_grace
+    esc.wait_again(12.0)  # the group was closed under them: wait again
+    assert esc.due(12.5) is None
+
+
+def test_escalation_after_ctrl_c_cuts_first_where_it_can_and_not_where_it_cannot():
+    for can_cut, first in ((True, "cut"), (False, "kill")):
+        esc = Escalation(Waits(escalate=1.0, after_cut=3.0, leave_grace=6.0), can_cut=can_cut)
+        esc.did("interrupt", 0.0)
+        assert esc.due(0.9) is None and esc.due(1.0) == first
+    assert Waits(1.5, 3.0, 6.0).worst(4) == 1.5 + 4 * 6.0

@@ -200,3 +200,12 @@ def test_a_new_cell_keeps_the_last_picture_and_its_titles_until_its_first_points
     lab.run_state.begin_cell([0, 1], 2.0)
     board.update(lab)
     assert (board.loss_view.value, board.rate_view.value, board.rate_title.value) == drawn
+
+
+def test_outside_a_notebook_a_pool_is_shown_as_text_in_its_language():
+    from ddplab.config import PoolConfig
+    from ddplab.dashboard.choice import for_here
+    from ddplab.dashboard.text import TextView
+
+    view = for_here(PoolConfig.make(2, lang="zh"))
+    assert isinstance(view, TextView) and view.lang == "zh"

@@ -41,3 +41,22 @@ def test_every_state_has_rules():
     assert set(st.ALLOWED) == set(st.STATES)
     for targets in st.ALLOWED.values():
         assert targets <= set(st.STATES)
+
+
+def test_every_change_to_the_run_state_takes_its_lock():
+    """The monitor, the watch thread, drills and a background cell change it from different threads:
+    each method that changes it holds RunState.lock (a method that assigns and is not locked fails)."""
+    import inspect
+    import re
+
+    from ddplab.state import RunState
+
+    changes = re.compile(r"self\.(?!lock\b)\w+(\.\w+|\[[^\]]*\])*(\.\w+)? *(=|\+=)(?!=)|self\.states\.set\(|\.touch\(\)")
+    unlocked = [name for name, fn in vars(RunState).items()
+                if callable(fn) and name not in ("__init__", "touch") and changes.search(inspect.getsource(fn))
+                and not hasattr(fn, "__wrapped__")]
+    assert unlocked == []
+    rs = RunState(2)
+    with rs.lock:  # re-entrant: a locked method may call another
+        rs.fail(1, "boom", lost=True)
+    assert rs.states[1] == "lost"

@@ -173,3 +173,19 @@ def test_the_step_arithmetic_in_numpy_matches_its_definition_span_by_span():
             for part, value in slow[r][step].items():
                 assert abs(fast[r][step][part] - value) < 2e-6, (r, step, part, fast[r][step][part], value)
     assert any(p["hidden"] > 0 for p in slow[0].values()) and any(p["data"] > 0 for p in slow[0].values())
+
+
+def test_the_live_view_draws_every_ranks_latest_steps_whatever_order_their_batches_arrive_in():
+    """Rank 0's batch of 40 steps arrives after rank 1's 2 steps: the tail a frame is drawn from still
+    holds both ranks' last steps (a tail cut over all rows would hold rank 0's alone: rank 1's lane and
+    its row of the breakdown empty)."""
+    spans = CellSpans(1, [0, 1], started=100.0)
+    step = lambda k: [(k, *span[1:5], span[5] + k, span[6] + k, k) for span in one_step(0)]  # noqa: E731
+    spans.add(1, columns([s for k in range(2) for s in step(k)]))
+    spans.add(0, columns([s for k in range(40) for s in step(k)]))
+    live = spans.timeline(tail=20)
+    assert sorted(set(live.rows["rank"].tolist())) == [0, 1]
+    assert np.bincount(live.rows["rank"]).tolist() == [20, 10]  # each rank's last 20 at most, in order
+    assert (np.diff(live.rows["start"][live.rows["rank"] == 0]) >= 0).all()
+    assert all(b["steps"] > 0 for b in live.breakdown().values())
+    assert len(spans.timeline()) == 5 * 42  # the whole cell

@@ -1,15 +1,18 @@
 """Ordinary accounts for the tests, and the Python environment a user installs.
 
 The suite runs as root (CI and this machine do); ddplab's users do not. `Account.make()` adds a login
-account (uid >= 1000, a home folder, a shell) and `remove()` deletes it with its home, after ending
-its processes, every one of them a descendant of a command the tests ran as it, by pid. `user_env()`
+account (uid >= 1000, a home folder, a shell) and `remove()` deletes it with its home and what it
+put in /tmp (`in_tmp()`), after ending its processes, every one of them a descendant of a command the
+tests ran as it, by pid. `user_env()`
 is ddplab installed as a user installs it, `pip install .` with its runtime dependencies only (no test
 extras), into a virtual environment made from the system's Python (/usr/bin/python3: root's Python
 lives under /root, mode 0700, where an account cannot read it) in a folder every account can read,
-kept between runs under /var/cache/ddplab-tests (keyed by the dependencies) and given the current
-ddplab each session. `run_as()` runs a command as an account, where user namespaces are allowed, or
-(refuse="userns") where they are refused as Ubuntu 24.04 and Docker refuse them (nouserns.py: a
-seccomp filter on that command alone; the machine is not changed).
+kept between runs under /var/cache/ddplab-tests (keyed by the dependencies and the install command)
+and given the current ddplab each session by binder/postBuild's own command, run in a copy of the
+checkout (what Binder runs; the README's `pip install .`: tests/cli/test_binder.py). `run_as()` runs
+a command as an account, where user namespaces are allowed, or (refuse="userns") where they are
+refused as Ubuntu 24.04 and Docker refuse them (nouserns.py: a seccomp filter on that command alone;
+the machine is not changed).
 """
 import functools
 import hashlib
@@ -17,6 +20,7 @@ import json
 import os
 import pathlib
 import secrets
+import shlex
 import shutil
 import signal
 import subprocess
@@ -33,6 +37,7 @@ HERE = pathlib.Path(__file__).resolve().parent
 SYSTEM_PYTHON = "/usr/bin/python3"
 CACHE = pathlib.Path("/var/cache/ddplab-tests")
 TORCH = "torch==2.13.0"
+POST_BUILD = ROOT / "binder" / "postBuild"
 
 
 def need_root():
@@ -52,6 +57,7 @@ class Account:
         self.name = name
         entry = pwd.getpwnam(name)
         self.uid, self.gid, self.home = entry.pw_uid, entry.pw_gid, entry.pw_dir
+        self._tmp_before = self._in_tmp()  # (its uid may be a removed account's: what that one left is not its)
 
     @classmethod
     def make(cls, prefix="ddpu"):
@@ -67,6 +73,20 @@ class Account:
         return [p for p in psutil.process_iter(["uids", "status"]) if p.info["uids"] and p.info["uids"].real == self.uid
                 and p.info["status"] != psutil.STATUS_ZOMBIE]
 
+    def _in_tmp(self):
+        found = set()
+        for entry in os.scandir(tempfile.gettempdir()):
+            try:
+                if entry.stat(follow_symlinks=False).st_uid == self.uid:
+                    found.add(entry.name)
+            except OSError:
+                continue
+        return found
+
+    def in_tmp(self):
+        """What it has put in /tmp since it was made."""
+        return sorted(self._in_tmp() - self._tmp_before)
+
     def remove(self):
         left = self.processes()
         for p in left:  # (descendants of what run_as started: ended by pid)
@@ -75,6 +95,12 @@ class Account:
             except psutil.Error:
                 continue
         psutil.wait_procs(left, timeout=10)
+        for name in self.in_tmp():  # userdel --remove removes its home, not these
+            path = os.path.join(tempfile.gettempdir(), name)
+            if os.path.isdir(path) and not os.path.islink(path):
+                shutil.rmtree(path, ignore_errors=True)
+            elif os.path.lexists(path):
+                os.unlink(path)
         subprocess.run(["userdel", "--remove", "--force", self.name], capture_output=True)  # (--force: its zombies)
 
 
@@ -88,7 +114,8 @@ def user_env():
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
     version = subprocess.run([SYSTEM_PYTHON, "-c", "import sys; print(sys.version)"], capture_output=True,
                              text=True).stdout
-    key = hashlib.sha256(json.dumps([TORCH, project["dependencies"], version]).encode()).hexdigest()[:12]
+    install = _install_command()
+    key = hashlib.sha256(json.dumps([TORCH, project["dependencies"], version, install]).encode()).hexdigest()[:12]
     venv = CACHE / f"venv-{key}"
     python = venv / "bin" / "python"
     pip = [str(python), "-m", "pip", "install", "-q", "--disable-pip-version-check"]
@@ -104,7 +131,7 @@ def user_env():
             (venv / "made").touch()
         stamp = _source_stamp()
         if not (venv / "ddplab-installed").exists() or (venv / "ddplab-installed").read_text() != stamp:
-            _install_ddplab(python, pip)
+            _install_ddplab(python, install)
             (venv / "ddplab-installed").write_text(stamp)
         subprocess.run(["chmod", "-R", "a+rX", str(venv)], check=True)
     return python
@@ -118,8 +145,24 @@ def _source_stamp():
     return digest.hexdigest()
 
 
-def _install_ddplab(python, pip):
-    """`pip install .` from a copy of this checkout an account could read, as a user's clone."""
+def post_build_commands():
+    """The commands of binder/postBuild, its comments and `set` line aside."""
+    return [line.strip() for line in POST_BUILD.read_text().splitlines()
+            if line.strip() and not line.lstrip().startswith(("#", "set "))]
+
+
+def _install_command():
+    """binder/postBuild's one command, as words: how Binder installs ddplab in a clone, and the README
+    tells users to (`pip install .`, tests/cli/test_binder.py)."""
+    commands = post_build_commands()
+    if len(commands) != 1 or shlex.split(commands[0])[:4] != ["python", "-m", "pip", "install"]:
+        pytest.fail(f"binder/postBuild: one `python -m pip install ...` line expected, found {commands}")
+    return shlex.split(commands[0])
+
+
+def _install_ddplab(python, install):
+    """binder/postBuild's command (`python` the virtual environment's) run in a copy of this checkout,
+    as in a user's clone: ddplab with its runtime dependencies only, as users and Binder install it."""
     source = pathlib.Path(tempfile.mkdtemp(prefix="ddplab-src-"))
     try:
         for item in ("pyproject.toml", "README.md", "ddplab"):
@@ -128,15 +171,19 @@ def _install_ddplab(python, pip):
             else:
                 shutil.copy(ROOT / item, source / item)
         subprocess.run([str(python), "-m", "pip", "uninstall", "-q", "-y", "ddplab"], capture_output=True)
-        subprocess.run([*pip, str(source)], check=True, timeout=1200)  # its runtime dependencies only
+        done = subprocess.run([str(python), *install[1:]], cwd=source, capture_output=True, text=True, timeout=1200)
+        if done.returncode:
+            pytest.fail(f"binder/postBuild's `{shlex.join(install)}` failed in a copy of the checkout:\n"
+                        f"{done.stdout[-3000:]}\n{done.stderr[-3000:]}")
     finally:
         shutil.rmtree(source, ignore_errors=True)
 
 
-def user_kernel(account, python):
+def user_kernel(account, python, launcher=()):
     """A Jupyter kernel manager whose kernel runs as `account` with `python` (user_env()), over socket
     files in a folder of the account's (ipc: no TCP port), as JupyterLab would start it for that user.
-    (The manager, as root, writes the connection file and hands it to the account.)"""
+    (The manager, as root, writes the connection file and hands it to the account.) `launcher`: a
+    command that ends by exec-ing the rest (`bash binder/start`, as Binder's), run as the account."""
     from jupyter_client import KernelManager
     from jupyter_client.kernelspec import KernelSpec
 
@@ -152,7 +199,8 @@ def user_kernel(account, python):
                    connection_file=os.path.join(folder, "kernel.json"))
     # setpriv runs the kernel itself as the account (no process in between: its pid is the kernel's)
     km._kernel_spec = KernelSpec(argv=["setpriv", f"--reuid={account.uid}", f"--regid={account.gid}", "--init-groups",
-                                       str(python), "-m", "ipykernel_launcher", "-f", "{connection_file}"],
+                                       *map(str, launcher), str(python), "-m", "ipykernel_launcher", "-f",
+                                       "{connection_file}"],
                                  display_name="python3", language="python")
     return km, folder
 

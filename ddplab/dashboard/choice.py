@@ -1,0 +1,16 @@
+"""Which view shows a pool where it runs (Lab.use_view): imported by the Lab, it imports the view it
+chooses only (no widgets in a terminal)."""
+
+
+def for_here(config):
+    """The view for where we run: the widget dashboard in a notebook (just the cells' output with
+    dashboard=False), lines of text elsewhere (a terminal, a script)."""
+    from .text import LiveOutput, TextView, in_notebook
+
+    if not in_notebook():
+        return TextView(lang=config.lang)
+    if not config.dashboard:
+        return LiveOutput()
+    from .widget import Dashboard
+
+    return Dashboard(config.ranks, lang=config.lang)
