@@ -78,6 +78,10 @@ class DDPLab(SingletonConfigurable):
                                       "gloo's ports. The ranks then have no network: download data in the notebook "
                                       "and pass a path. False: the ranks use the machine's network (gloo on its "
                                       "loopback). %ddp_status says which is in force.").tag(config=True)
+    accept_gate = Bool(True, help="Where the ranks share the machine's network: answer every accept of gloo's listeners "
+                                  "in the rank itself (seccomp user notification, gate.py), so that no other account's "
+                                  "connection ever reaches gloo. False: only the check before each group is used "
+                                  "(guard.py). Takes effect for ranks started after.").tag(config=True)
     compile_cache = Unicode(help="Where the ranks' torch.compile keeps compiled code: a folder only you can write "
                                  "(0700, yours), checked before every pool; a folder someone else owns or can "
                                  "write is refused and a private one used. Default: $TORCHINDUCTOR_CACHE_DIR, "

@@ -35,6 +35,7 @@ RET_ALLOW, RET_USER_NOTIF = 0x7FFF0000, 0x7FC00000
 PR_SET_NO_NEW_PRIVS, SECCOMP_SET_MODE_FILTER, FILTER_FLAG_NEW_LISTENER = 38, 1, 8
 NOTIF_RECV, NOTIF_SEND, NOTIF_ADDFD = 0xC0502100, 0xC0182101, 0x40182103  # _IOWR/_IOW('!', 0/1/3, ...)
 FLAG_CONTINUE, ADDFD_FLAG_SEND = 1, 2
+AT_ONCE = 64  # strangers' connections closed per accept at most: then gloo's loop thread goes on (EAGAIN)
 SOCK_NONBLOCK, SOCK_CLOEXEC = os.O_NONBLOCK, os.O_CLOEXEC  # (Linux: the same bits)
 
 
@@ -66,21 +67,20 @@ class Gate:
     def __init__(self):
         self.fd = None  # the seccomp listener
         self.why_not = None  # why the gate could not be put up, once tried
-        self.refused = {}  # uid -> connections closed before gloo saw them
-        self.on_refused = None  # (uid): called from the supervisor for each
-        self.handled = 0
+        self.refused = {}  # uid -> connections closed before gloo saw them, not yet taken (take_refused)
+        self.handled = 0  # accepts answered
+        self._lock = threading.Lock()
         self._ready = threading.Event()
 
     @property
     def up(self):
         return self.fd is not None
 
-    def install(self, on_refused=None):
+    def install(self):
         """Put the gate up for the calling thread and the threads it makes from now on; True if up
         (else why_not says why)."""
         if self.fd is not None or self.why_not is not None:
             return self.up
-        self.on_refused = on_refused
         machine = ARCH.get(platform.machine())
         if machine is None:
             self.why_not = f"no seccomp numbers for {platform.machine()}"
@@ -133,7 +133,7 @@ class Gate:
         if not os.path.exists(f"/proc/self/task/{notif.pid}") or not self._judged(fd):
             return self._reply(notif.id, flags=FLAG_CONTINUE)  # not ours to judge: as without the gate
         address = ctypes.create_string_buffer(128)
-        while True:
+        for _ in range(AT_ONCE):
             length = ctypes.c_uint32(128)
             new = _libc.accept4(fd, address, ctypes.byref(length), (flags & SOCK_NONBLOCK) | SOCK_CLOEXEC)
             if new < 0:
@@ -146,9 +146,10 @@ class Gate:
                 break
             os.close(new)  # another account's (or a socket gone already): gloo never sees it
             if uid >= 0:
-                self.refused[uid] = self.refused.get(uid, 0) + 1
-                if self.on_refused is not None:
-                    self.on_refused(uid)
+                with self._lock:
+                    self.refused[uid] = self.refused.get(uid, 0) + 1
+        else:  # a flood: the caller's thread (gloo's event loop, which serves every pair) must not wait on it
+            return self._reply(notif.id, error=-errno.EAGAIN)
         try:
             addr, addrlen = int(notif.args[1]), int(notif.args[2])
             if addr and addrlen:  # the caller's accept fills in the peer's address (this process's memory)
@@ -162,6 +163,12 @@ class Gate:
                     self._reply(notif.id, error=-code)
         finally:
             os.close(new)
+
+    def take_refused(self):
+        """{uid: connections closed} since the last call (guard.py reports them, once a second)."""
+        with self._lock:
+            refused, self.refused = self.refused, {}
+        return refused
 
     @staticmethod
     def _judged(fd):
@@ -177,16 +184,14 @@ class Gate:
     @staticmethod
     def _owner(fd):
         """The account that owns the other end of connection `fd`; None when it is not on this machine."""
-        from .privacy import tcp_sockets
+        from .privacy import tcp_owner
 
         with socket.socket(fileno=os.dup(fd)) as s:
             local, peer = (_plain(*s.getsockname()[:2]), _plain(*s.getpeername()[:2]))
         if not (peer[0] == local[0] or peer[0].startswith("127.") or peer[0] == "::1"):
             return None  # another host's: who it is there cannot be known here
-        for _inode, _state, there, here, uid in tcp_sockets(range(1, 12)):
-            if there == peer and here == local:
-                return uid
-        return -1  # on this machine, but its socket is gone already: no one's to let in
+        uid = tcp_owner(peer, local)  # the connecting socket: its own address is our peer's
+        return -1 if uid is None else uid  # (None: on this machine, but gone already: no one's to let in)
 
     def _reply(self, id_, error=0, flags=0):
         resp = Resp(id_, 0, error, flags)

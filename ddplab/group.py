@@ -57,7 +57,7 @@ class Group:
         compile_folder = pool.compile_folder()
         ars = [client[eid].apply_async(call, "join", r, n, where, cfg.timeout, threads[r], address, tunables().flush,
                                        key, ifnames[r], self.knobs, cfg.lang, self.generation, curve,
-                                       compile_folder, self.timeline)
+                                       compile_folder, self.timeline, tunables().accept_gate)
                for r, eid in enumerate(eids)]
         for ar in ars:
             if not ar.wait(max(0.0, deadline - time.perf_counter())):

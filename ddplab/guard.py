@@ -31,10 +31,14 @@ sent their 8 bytes; one that has is held until the group ends. So that a flood o
 gloo out of descriptors (it aborts the process then), install() raises the rank's open-files limit
 to what the machine allows; a rank that dies of it anyway is restarted by the notebook (Lab).
 
-What this cannot do: keep a group from forming against an account that wins the race to each new
+The check alone cannot keep a group forming against an account that wins the race to each new
 listener, time after time (it can see each one the moment it opens, and gloo's numbers are
-predictable). That account reads nothing and runs nothing; it is named, and the group is not
-formed (GroupTaken). A network namespace of the pool's own (zygote.py) is the cure.
+predictable): that account would read nothing and run nothing, but the group would not form
+(GroupTaken). So install() also puts up the accept gate (gate.py): gloo's accepts are answered by
+the rank itself, which closes another account's connection before gloo sees it, so that there is
+no race to win, no descriptor to spend, and the checks above find nothing. Where the machine
+refuses the gate (no seccomp user notification), the checks are the line, and a network namespace
+of the pool's own (zygote.py) the cure.
 
 Whoever tried is reported through `on_refused` (the rank tells the notebook, which names the
 account once). Where the ranks have a network namespace of their own, nobody else can connect and
@@ -50,6 +54,7 @@ import resource
 import socket
 
 from . import upstream
+from .gate import GATE
 from .privacy import connections, listening
 
 log = logging.getLogger("ddplab")
@@ -61,16 +66,19 @@ class GroupTaken(RuntimeError):
     """Another account took a connection of this group every time it was built."""
 
 
-def install(on_refused=None):
+def install(on_refused=None, gate=True):
     """Build every gloo backend of this process through GuardedGloo (idempotent); on_refused(account,
     n, taken) hears of the connections of one account refused at once (n, of them `taken` had taken a
     pair). Also lets the rank hold as many descriptors as the machine allows it (a flood of
-    connections must not run gloo out of them)."""
+    connections must not run gloo out of them), and, with `gate`, puts up the accept gate (gate.py)
+    for the calling thread, which makes gloo's groups."""
     import torch.distributed as dist
     from torch.distributed import distributed_c10d as c10d
 
     GUARD.on_refused = on_refused
     raise_descriptor_limit()
+    if gate:
+        GATE.install()
     if not dist.is_gloo_available():
         return
     real = upstream.get("torch.distributed.distributed_c10d:ProcessGroupGloo")  # (None: the guard is off, said once)
@@ -153,6 +161,8 @@ class Guard:
         gloo's event loop waits on) whose other end is another account's; the accounts to whom gloo
         had given one of them for a pair (the group is taken), sorted."""
         me, armed, found = os.getuid(), _epoll_armed(), {}
+        for uid, n in GATE.take_refused().items():  # closed by the gate before gloo saw them: none taken
+            found.setdefault(uid, [0, 0])[0] += n
         ports = {port for _, port in listening().values()}
         for inode, fd, local, _, uid in connections():
             if uid is None or uid == me:
@@ -187,9 +197,12 @@ class Guard:
             return
         try:
             me, ports, found = os.getuid(), {port for _, port in listening().values()}, {}
-            for inode, fd, local, _, uid in connections():
-                if uid is not None and uid != me and local[1] in ports and shut_down(fd, inode):
-                    found.setdefault(uid, [0, 0])[0] += 1
+            for uid, n in GATE.take_refused().items():  # closed by the gate before gloo saw them
+                found.setdefault(uid, [0, 0])[0] += n
+            if not GATE.up:
+                for inode, fd, local, _, uid in connections():
+                    if uid is not None and uid != me and local[1] in ports and shut_down(fd, inode):
+                        found.setdefault(uid, [0, 0])[0] += 1
             self.tell(found)
         finally:
             self.forming.release()

@@ -357,6 +357,26 @@ def tcp_sockets(states=(ESTABLISHED, LISTEN)):
     return rows
 
 
+def tcp_owner(local, remote):
+    """The owner (uid) of the TCP socket of this network namespace whose own address is `local` and
+    whose peer is `remote` ((ip, port) each), asked of the kernel for that one socket (sock_diag, an
+    exact lookup: the same few microseconds with ten sockets or ten thousand); None if there is none."""
+    import socket
+    import struct
+
+    family = socket.AF_INET6 if ":" in local[0] else socket.AF_INET
+    src, dst = (socket.inet_pton(family, ip).ljust(16, b"\0") for ip in (local[0], remote[0]))
+    sockid = struct.pack(">HH", local[1], remote[1]) + src + dst + struct.pack("=III", 0, 0xFFFFFFFF, 0xFFFFFFFF)
+    request = struct.pack("=BBBBI", family, socket.IPPROTO_TCP, 0, 0, 0xFFF) + sockid  # inet_diag_req_v2
+    header = struct.pack("=IHHII", 16 + len(request), 20, 0x1, 1, 0)  # SOCK_DIAG_BY_FAMILY, NLM_F_REQUEST
+    with socket.socket(socket.AF_NETLINK, socket.SOCK_RAW, 4) as s:
+        s.send(header + request)
+        data = s.recv(1 << 12)
+    if len(data) < 16 + 88 or struct.unpack_from("=H", data, 4)[0] != 20:
+        return None  # NLMSG_ERROR: no such socket (gone already)
+    return struct.unpack_from("=I", data, 16 + 64)[0]  # struct inet_diag_msg's idiag_uid
+
+
 def _diag_dump(family, mask):
     import socket
     import struct

@@ -373,7 +373,7 @@ class Rank:
 
     # ------------------------------------------------------------------ the group
     def join(self, rank, world_size, rendezvous, timeout, threads, telemetry=None, flush=0.25, key=b"", ifname=None,
-             knobs=None, lang="en", generation=0, curve=None, compile_cache=None, timeline=True):
+             knobs=None, lang="en", generation=0, curve=None, compile_cache=None, timeline=True, gate=True):
         """Join the gloo process group and preload the names every cell can use.
 
         rendezvous is "file:///path" (a FileStore: opens no network port) or "signed://host:port" (the
@@ -383,7 +383,7 @@ class Rank:
         (it reaches the rank in this call: ipyparallel's signed channel). curve: what connects to
         ddplab's TCP sockets (members.py): {"member": the pool's key pair, "telemetry" and "store":
         the servers' public keys}. compile_cache: the folder torch.compile may use, checked here again
-        (privacy.py); None: this host's default.
+        (privacy.py); None: this host's default. gate: put up the accept gate (gate.py; DDPLab.accept_gate).
         """
         self.sender.flush_every, self.lang = flush, lang
         with self.lock:  # from now until connect(), no cut applies: one decoded for the forming being
@@ -413,9 +413,10 @@ class Rank:
             store = SignedStore(f"tcp://{where}", store_key(key, generation), curve["store"], curve["member"], wait)
         else:
             raise ValueError(f"unknown rendezvous {rendezvous!r}: use file:///path or signed://host:port")
+        from .gate import GATE
         from .guard import GUARD, install
 
-        install(self.refused)  # every gloo group of this process: its connections checked before use
+        install(self.refused, gate)  # every gloo group of this process: its connections checked before use
         seen, listening = {a: list(c) for a, c in GUARD.refused.items()}, _listening_ports()
         init = getattr(dist.init_process_group, "__wrapped__", dist.init_process_group)
         init("gloo", store=store, rank=rank, world_size=world_size, timeout=wait)
@@ -440,6 +441,7 @@ class Rank:
             "compile_refused": refused,
             "refused": {a: [n - seen.get(a, [0, 0])[0], t - seen.get(a, [0, 0])[1]]  # other accounts' connections
                         for a, (n, t) in GUARD.refused.items() if [n, t] != seen.get(a)},  # refused while it formed
+            "gate": GATE.up or GATE.why_not,  # the accept gate (gate.py): up, why not, or None (turned off)
             "moved": upstream.turned_off(),  # other packages' names this rank found moved (upstream.py): said by the notebook
         }
 

@@ -57,7 +57,7 @@ class Report:
         refused = pool.compile_refused or next((i["compile_refused"] for i in lab.info if i.get("compile_refused")),
                                                None)
         facts = {**pool.exposure(), "telemetry": lab.telemetry.address, "compile_refused": refused,
-                 "kernel": kernel_channel(),
+                 "kernel": kernel_channel(), "gate": gate_state(lab.info),
                  "compile_cache": pool.compile_cache or next((i["compile_cache"] for i in lab.info), None)}
         return protections(facts, lab.config.lang)
 
@@ -128,6 +128,14 @@ def kernel_text(kernel, lang="en"):
                      "what cells print; an administrator can set {fix}", ip=kernel["ip"], fix=KERNEL_FIX)
 
 
+def gate_state(info):
+    """True if every rank put the accept gate up (gate.py), else why one did not (None: turned off)."""
+    states = [i.get("gate") for i in info]
+    if states and all(s is True for s in states):
+        return True
+    return next((s for s in states if isinstance(s, str)), None)
+
+
 def protections(facts, lang="en"):
     """What protects each channel of a pool, as (name, sentence) rows for %ddp_status. facts: local
     (bool), network ("private"/"shared"), network_why, signed, encrypted (ipyparallel's), controller
@@ -146,10 +154,18 @@ def protections(facts, lang="en"):
         rows.append(("gloo", say(lang, "the ranks live in a network namespace of their own: no other account can reach "
                                        "gloo's ports")))
     elif facts["local"]:
-        rows.append(("gloo", say(lang, "on this machine's loopback ({why}): before a group is used, each of its "
-                                       "connections is checked to be yours (another account's is refused and the group "
-                                       "formed again without it), and its ports then admit nobody",
-                                 why=facts["network_why"]) + admin_fix(lang)))
+        gate = facts.get("gate")
+        if gate is True:
+            checked = say(lang, "on this machine's loopback ({why}): each rank answers gloo's accepts itself and closes "
+                                "another account's connection before gloo sees it; each group's connections are "
+                                "checked to be yours before it is used", why=facts["network_why"])
+        else:
+            checked = say(lang, "on this machine's loopback ({why}): before a group is used, each of its connections is "
+                                "checked to be yours (another account's is refused and the group formed again without "
+                                "it), and its ports then admit nobody", why=facts["network_why"])
+            if gate:  # why the gate could not be put up
+                checked += say(lang, "; the accept gate is not up ({why})", why=gate)
+        rows.append(("gloo", checked + admin_fix(lang)))
     else:
         rows.append(("gloo", say(lang, "TCP between the hosts, unauthenticated (as in any PyTorch job): use a network "
                                        "you trust")))

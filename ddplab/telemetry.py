@@ -240,7 +240,13 @@ def merge(live, batch, now):
     if not (len(batch) or batch.events or batch.final or batch.where is not None or batch.calls is not None
             or batch.spans is not None or batch.memory is not None):
         return False  # a rank saying where it is connected (rank._connect): of no cell
-    live.cell_of[rank, batch.cell] = rs.cell  # ranks count their own cells; the history uses the notebook's
+    # ranks count their own cells; the history uses the notebook's. A rank's cell is the notebook cell
+    # that began it (its "begin" event; a restarted rank counts from 1 again): a batch sent between
+    # cells (a command's ack) still carries the cell before, and must not move it
+    if any(kind == "begin" for _t, kind, _v in batch.events):
+        live.cell_of[rank, batch.cell] = rs.cell
+    else:
+        live.cell_of.setdefault((rank, batch.cell), rs.cell)
     if len(batch):
         step, loss, rate = live.metrics.add_points(rank, batch.step, batch.time, batch.loss, batch.samples)
         rs.points_arrived(rank, step, loss, rate, now, len(batch))

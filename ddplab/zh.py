@@ -173,6 +173,9 @@ ZH = {
         "TCP → {controller}，{signed}，{encrypted}",
     "the ranks live in a network namespace of their own: no other account can reach gloo's ports":
         "rank 运行在进程池自己的网络命名空间里：本机其他账户连不到 gloo 的端口",
+    "on this machine's loopback ({why}): each rank answers gloo's accepts itself and closes another account's connection before gloo sees it; each group's connections are checked to be yours before it is used":
+        "在本机回环接口上（{why}）：每个 rank 亲自应答 gloo 的 accept，另一个账户的连接在 gloo 看到之前就被关闭；每个组在使用前还会检查其连接都属于你",
+    "; the accept gate is not up ({why})": "；accept 闸门未能启用（{why}）",
     "on this machine's loopback ({why}): before a group is used, each of its connections is checked to be yours (another account's is refused and the group formed again without it), and its ports then admit nobody":
         "在本机的回环接口上（{why}）：每个进程组在使用之前，都会检查它的每个连接是否属于你（其他账户的连接会被拒绝，进程组在没有它的情况下重新组建），之后它的端口不再接受任何人",
     "TCP between the hosts, unauthenticated (as in any PyTorch job): use a network you trust":

@@ -232,6 +232,7 @@ def test_compiled_code_never_lands_in_a_folder_someone_else_made(intruder, pool)
 def test_an_account_without_root_gets_a_private_network_too(intruder):
     """The zygote's isolate() as an unprivileged user (a student's account): a user namespace that maps
     the user to itself, with a network namespace of its own whose loopback works."""
+    import ddplab.upstream
     import ddplab.zygote
 
     box = tempfile.mkdtemp(prefix="ddplab-isolate-")
@@ -239,6 +240,7 @@ def test_an_account_without_root_gets_a_private_network_too(intruder):
     script = os.path.join(box, "probe.py")
     with open(script, "w") as f:
         source = open(ddplab.zygote.__file__).read().replace('if __name__ == "__main__":', "if False:")
+        source = source.replace("from . import upstream", "sys.path.insert(0, os.path.dirname(__file__))\nimport upstream")
         f.write(source + '''
 import json, socket
 before, uid = os.readlink("/proc/self/ns/net"), os.getuid()
@@ -248,6 +250,7 @@ client = socket.create_connection(server.getsockname(), timeout=2)
 print(json.dumps({"why": why, "uid_kept": os.getuid() == uid, "own_net": os.readlink("/proc/self/ns/net") != before,
                   "interfaces": sorted(name for _, name in socket.if_nameindex())}))
 ''')
+    shutil.copy(ddplab.upstream.__file__, box)  # (the zygote's one import of ddplab's own)
     os.chmod(script, 0o644)
     try:
         out = subprocess.run(["runuser", "-u", intruder, "--", "/usr/bin/python3", "-I", script], capture_output=True,

@@ -324,3 +324,32 @@ def test_escalation_after_ctrl_c_cuts_first_where_it_can_and_not_where_it_cannot
         esc.did("interrupt", 0.0)
         assert esc.due(0.9) is None and esc.due(1.0) == first
     assert Waits(1.5, 3.0, 6.0).worst(4) == 1.5 + 4 * 6.0
+
+
+def test_a_batch_sent_between_cells_keeps_the_history_of_the_cell_it_belongs_to():
+    """A rank's cell is numbered by the notebook cell that began it. An ack sent between cells (a knob
+    set after the cell) carries the rank's last cell and is read in the next one: it must not move that
+    cell's points into the next (they would mix two cells' points in %ddp_history)."""
+    from ddplab.telemetry import merge
+    from ddplab.wire import Batch
+
+    live = Live.new(1)
+    rs = live.run_state
+    rs.set_all(st.INIT)
+    rs.set_all(st.READY)
+
+    def batch(cell, events):
+        return Batch(0, cell, False, [], [], [], [], events)
+
+    for notebook_cell in (10, 11):
+        rs.cell = notebook_cell - 1
+        rs.begin_cell([0], time.monotonic())
+        if notebook_cell == 11:
+            merge(live, batch(5, [(0.0, "ack", "7")]), time.monotonic())  # the knob's ack, of the rank's cell 5
+        merge(live, batch(notebook_cell - 5, [(0.0, "begin", None)]), time.monotonic())
+    assert live.cell_of == {(0, 5): 10, (0, 6): 11}
+    rs.cell = 11
+    rs.begin_cell([0], time.monotonic())  # the rank restarted: its cells count from 1 again
+    merge(live, batch(1, [(0.0, "begin", None)]), time.monotonic())
+    merge(live, batch(5, [(0.0, "begin", None)]), time.monotonic())  # (a begin says which notebook cell it is)
+    assert live.cell_of[0, 1] == 12 and live.cell_of[0, 5] == 12

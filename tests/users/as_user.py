@@ -84,11 +84,15 @@ dist.destroy_process_group(g)
 STEADY = "t = torch.full((4096,), SECRET)\ndist.all_reduce(t)\nok = bool(torch.all(t == SECRET * world_size))"
 
 
-def target(seconds, secret, quiet_after=0.0, steady=0):
+def target(seconds, secret, quiet_after=0.0, steady=0, gate=1):
     """Groups formed again and again: a new_group and an all_reduce of SECRET in each cell, ddplab's own
     group formed again every third (steady: only the all_reduce, on the pool's group, which then lives
     on); each cell's result and when it ended, and what failed. Then, once the attack is over
-    (QUIET_AFTER seconds from the start), how long the pool takes to work again."""
+    (QUIET_AFTER seconds from the start), how long the pool takes to work again. gate=0: without the
+    accept gate (DDPLab.accept_gate), the checks of guard.py alone."""
+    from ddplab.config import tunables
+
+    tunables().accept_gate = bool(gate)
     out = {"cells": [], "failures": [], "refused": {}, "notices": []}
     t0, lab, processes, rss_before = time.monotonic(), Lab(2), [], []
 
@@ -110,6 +114,7 @@ def target(seconds, secret, quiet_after=0.0, steady=0):
                 if not lab.running:
                     lab.start()
                     out["network"] = list(lab.pool.network)
+                    out["gate"] = [i.get("gate") for i in lab.info]
                     processes = [psutil.Process(p) for p in [os.getpid(), *(i["pid"] for i in lab.info)]]
                     rss_before = [p.memory_info().rss for p in processes]
                 if n % 3 == 0 and not steady:

@@ -82,13 +82,13 @@ def test_an_ordinary_accounts_pool_trains_checkpoints_compiles_and_stops_clean(e
     assert owner.processes() == []
 
 
-def attacked(env, box, owner, intruder, mode, seconds, refuse=None, files=None, steady=False):
+def attacked(env, box, owner, intruder, mode, seconds, refuse=None, files=None, steady=False, gate=True):
     """The owner's groups form again and again (a new_group in each cell, ddplab's own every third)
     while the intruder attacks (intruder_gloo.py MODE) for `seconds`; then, the attack over, one more
-    cell: (the owner's report, the intruder's)."""
+    cell: (the owner's report, the intruder's). gate=False: the pool without its accept gate."""
     marker = f"/tmp/ddplab-pwned-{secrets.token_hex(4)}"
-    target = run_as(owner, [env, box / "as_user.py", "target", seconds, SECRET, seconds + 3, int(steady)], refuse,
-                    box=box, files=files)
+    target = run_as(owner, [env, box / "as_user.py", "target", seconds, SECRET, seconds + 3, int(steady), int(gate)],
+                    refuse, box=box, files=files)
     attack = run_as(intruder, [SYSTEM_PYTHON, "-I", box / "intruder_gloo.py", mode, owner.uid, seconds, SECRET,
                                marker], box=box)
     try:
@@ -128,14 +128,29 @@ def test_a_flood_from_another_account_reads_nothing_runs_nothing_and_stops_nothi
     assert len(named) == 1, report["notices"]  # said once, in one line
 
 
-def test_a_race_for_gloo_pairs_is_caught_before_any_collective_and_the_account_named(env, box, owner, intruder):
+def test_a_race_for_gloo_pairs_is_never_won_and_the_pool_works_all_along(env, box, owner, intruder):
     """Without namespaces another account can connect to each new gloo listener the moment it opens, with
-    the number of the pair gloo is about to connect, and so become a rank's peer. Every group's
-    connections are checked before the group is used: the pairs it took are found, refused, the
-    group built again. Nothing it sent is used, nothing is read. Against an account that wins the
-    race every time a group cannot be formed: the cell says so, naming it, and the pool works again
-    once it stops."""
-    report, seen = attacked(env, box, owner, intruder, "take", 20, "userns")
+    the number of the pair gloo is about to connect, to become a rank's peer. With the accept gate each
+    rank answers gloo's accepts itself and closes that account's connections before gloo reads a byte of
+    them: for 30 s of racing, groups form again and again, every cell works in its usual time, no pair
+    is taken, nothing read or put in, and the account is named."""
+    report, seen = attacked(env, box, owner, intruder, "take", 30, "userns")
+    assert report["gate"] == [True, True], report.get("gate")
+    assert seen["connected"] > 0, seen  # it did race for the pairs
+    connections, taken = report["refused"][intruder.name]
+    assert connections > 0 and taken == 0, report["refused"]  # each one closed before gloo saw it
+    cells = report["cells"]
+    assert len(cells) >= 15 and report["failures"] == [], report["failures"]
+    assert max(took for _, took, _ in cells) < 10, cells
+    assert any(f"the account {intruder.name} connected" in n for n in report["notices"]), report["notices"]
+
+
+def test_without_the_gate_a_race_is_caught_before_any_collective_and_the_account_named(env, box, owner, intruder):
+    """Where the machine refuses the gate (here turned off), the pairs the other account takes are found
+    before a group is used, refused, and the group built again; against one that wins every time the
+    group cannot form: the cell says so, naming it, and the pool works again once it stops."""
+    report, seen = attacked(env, box, owner, intruder, "take", 20, "userns", gate=False)
+    assert report["gate"] == [None, None], report.get("gate")
     assert seen["connected"] > 0, seen
     connections, taken = report["refused"][intruder.name]
     assert taken > 0, report["refused"]  # it did take pairs, and every one was found
@@ -144,13 +159,22 @@ def test_a_race_for_gloo_pairs_is_caught_before_any_collective_and_the_account_n
     assert any(f"the account {intruder.name} connected" in n for n in report["notices"]), report["notices"]
 
 
-def test_a_rank_a_flood_kills_comes_back_by_itself(env, box, owner, intruder):
+def test_a_flood_where_an_account_holds_few_files_kills_no_rank_behind_the_gate(env, box, owner, intruder):
     """Where an account may hold few files (here 1024, as the hard limit of some containers), a flood of
-    connections that gloo keeps (8 bytes each) to the listener of a group that lives on (the pool's,
-    with cells that form none) runs a rank out of descriptors, and gloo aborts it. The next cell finds
+    connections to the listener of a group that lives on: the gate closes each one before gloo holds
+    it, so no rank runs out of descriptors, and every cell works."""
+    report, seen = attacked(env, box, owner, intruder, "flood", 20, "userns", files=1024, steady=True)
+    assert seen["flood"] > 0, seen
+    assert report["failures"] == [] and not [n for n in report["notices"] if "ran out of file descriptors" in n]
+    assert list(report["refused"]) == [intruder.name], report["refused"]
+
+
+def test_a_rank_a_flood_kills_comes_back_by_itself(env, box, owner, intruder):
+    """Without the gate (a machine that refuses it; here turned off) the same flood, of connections that
+    gloo keeps (8 bytes each), runs a rank out of descriptors, and gloo aborts it. The next cell finds
     it lost for that reason, restarts it and forms the group again, and says so in one line: usable
     again within 10 s, without %ddp_restart."""
-    report, seen = attacked(env, box, owner, intruder, "flood", 30, "userns", files=1024, steady=True)
+    report, seen = attacked(env, box, owner, intruder, "flood", 30, "userns", files=1024, steady=True, gate=False)
     died = [n for n in report["notices"] if "ran out of file descriptors" in n]
     assert died, (report["notices"], report["failures"], seen)
     ok_times = [t for t, _, _ in report["cells"]]
