@@ -449,9 +449,8 @@ class Rank:
         """ddplab.guard refused n gloo connections of another account (`taken` of them had taken a pair):
         the notebook names it (those of a group the rank's cell builds, or a sweep's; join() returns
         those of its own forming)."""
-        with self.lock:
-            if self.in_cell:
-                self.events.append((self.cell, time.perf_counter() - self.cell_t0, "refused", f"{account}|{n}|{taken}"))
+        with self.lock:  # (between cells too: sent with the next batch, named at the next cell)
+            self.events.append((self.cell, time.perf_counter() - self.cell_t0, "refused", f"{account}|{n}|{taken}"))
 
     def leave(self):
         """Leave the group and stop sending telemetry, the engine staying up (a pool attached to
