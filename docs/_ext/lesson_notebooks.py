@@ -42,6 +42,9 @@ HARNESS = "The ddplab extension is already loaded. To reload it, use:\n  %reload
 # and what %ddp_start says of the test machine's other accounts (the ones the test tiers make): a
 # reader's machine is not that one.
 TEST_MACHINE = re.compile(r"^ddplab: (this machine has \d+ other account|本机还有 \d+ 个其他账户).*\n?", re.M)
+# The tests run the notebooks as an account made for the run (tests/users/accounts.py: ddp + hex):
+# its home is the reader's ~.
+TEST_HOME = re.compile(r"/home/ddp[a-z]?[0-9a-f]{6,}")
 
 
 def editions():
@@ -67,7 +70,7 @@ def merged(source, executed):
             cell.outputs = [o for o in done.outputs if not (o.output_type == "stream" and o.text == HARNESS)]
             for o in cell.outputs:
                 if o.output_type == "stream":
-                    o.text = TEST_MACHINE.sub("", o.text)
+                    o.text = TEST_HOME.sub("~", TEST_MACHINE.sub("", o.text))
             cell.execution_count = done.execution_count
             cell.metadata = {**cell.metadata, **{k: v for k, v in done.metadata.items() if k == "execution"}}
     if "widgets" in executed.metadata:  # the widgets' saved state: the dashboards render from it
