@@ -92,7 +92,8 @@ class Telemetry:
         self._fresh = {}  # rank -> (gen, seq) of its last good batch
         self._pending = deque()  # good batches read (by command(), say) and not handed out yet
         self._command_seq = 0
-        self._acks = {}  # rank -> the number of the last command it carried out
+        self._acks = {}  # rank -> the number of the last command it carried out (in this forming)
+        self._sent = {}  # rank -> the number of the last command sent to it (in this forming)
         self._lock = threading.Lock()
 
     @property
@@ -105,6 +106,8 @@ class Telemetry:
         with self._lock:
             self._generation = value
             self._routes.clear()
+            self._acks.clear()  # (a rank that joins anew counts from nothing: nothing it said before counts)
+            self._sent.clear()
 
     def heard(self, rank):
         """Whether `rank` has sent a good batch since the group was formed (its telemetry works)."""
@@ -140,8 +143,9 @@ class Telemetry:
             else:
                 self._fresh[batch.rank] = (batch.gen, batch.seq)
                 for _, kind, value in batch.events:  # a command carried out (command(), confirm())
-                    if kind == "ack" and value and value.isdigit():
-                        self._acks[batch.rank] = max(self._acks.get(batch.rank, 0), int(value))
+                    if kind == "ack" and value and value.isdigit():  # (never past what was sent to it)
+                        acked = min(int(value), self._sent.get(batch.rank, 0))
+                        self._acks[batch.rank] = max(self._acks.get(batch.rank, 0), acked)
                 self._routes[batch.rank] = route
                 if len(self._pending) < self.MAX_PENDING:  # else the live view skips (history stays exact)
                     self._pending.append(batch)
@@ -191,6 +195,7 @@ class Telemetry:
                 self.socket.send_multipart([route, *frames], zmq.NOBLOCK)
             except zmq.ZMQError:  # the rank is not connected (gone): nothing to tell it
                 return None
+            self._sent[rank] = self._command_seq
             return self._command_seq
 
     def confirm(self, sent, timeout):

@@ -67,7 +67,10 @@ def test_a_knob_has_reached_every_rank_when_set_returns(pool):
     for value in (7, "fast", None):
         assert pool.knobs.set("speed", value) == []
         pool.run("speed = ddplab.knob('speed', 'unset')")
-        assert pool.gather("speed") == [value] * 4
+        seen = pool.gather("(lambda R: (dict(R.knobs), R.sender._command_seq, R.sender.generation, id(R)))"
+                           "(__import__('ddplab.rank').rank.RANK)")
+        t = pool.telemetry
+        assert pool.gather("speed") == [value] * 4, (seen, t._acks, t._command_seq, t.generation)
 
 
 LONG = "import time\nfor step in range(600):\n    t = torch.ones(1)\n    dist.all_reduce(t)\n    time.sleep(0.05)"

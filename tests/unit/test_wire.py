@@ -158,3 +158,35 @@ def test_a_flood_is_read_a_bounded_amount_at_a_time(tmp_path):
     finally:
         flood.close(0)
         telemetry.close()
+
+
+def test_a_command_counts_as_done_only_when_its_rank_says_so_in_this_forming(tmp_path):
+    """An ack is of a command sent to that rank in this forming: one for a number never sent (a command
+    someone else signed with the pool's key; a test that plays the notebook) or one of an earlier
+    forming does not make a later command look done before the rank has it."""
+    import zmq
+
+    from ddplab.telemetry import Telemetry
+
+    telemetry = Telemetry(f"ipc://{tmp_path}", KEY)
+    telemetry.generation = 3
+    rank = zmq.Context.instance().socket(zmq.DEALER)
+    rank.connect(telemetry.address)
+
+    def ack(seq, gen=3, batch_seq=1):
+        rank.send_multipart(wire.encode(KEY, 0, 1, columns(0), gen=gen, seq=batch_seq, events=[(0.0, "ack", str(seq))]))
+
+    try:
+        ack(10**12)  # (the rank's first batch: its route) acks a number never sent
+        deadline = time.monotonic() + 5
+        while not telemetry.heard(0) and time.monotonic() < deadline:
+            telemetry.wait(20)
+        sent = {0: telemetry.command(0, cmd="knob", name="x", value=1)}
+        assert sent[0] == 1 and telemetry.confirm(sent, 0.2) == [0]  # not done: the rank has not said so
+        ack(1, batch_seq=2)
+        assert telemetry.confirm(sent, 5) == []
+        telemetry.generation = 4  # formed again: the rank counts from nothing
+        assert telemetry.confirm(sent, 0.1) == [0]
+    finally:
+        rank.close(0)
+        telemetry.close()
