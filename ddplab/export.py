@@ -21,6 +21,7 @@ HEADER = '''\
 {exported}
 {run_it}  torchrun --nproc_per_node {world_size} {name}
 """
+import gc
 import os
 
 import torch
@@ -41,8 +42,14 @@ WORDS = {  # the header's prose, in English (zh.py: in Chinese; the code is the 
     'threads_note': "as the notebook's pool had it: {threads} thread(s) per rank",
     'env_note': "from torchrun's environment: RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT",
     'left_out': 'left out by %ddp_export (works only in a notebook)',
+    'footer_note': ("a DDP model holds its group: the models go first (one left for the interpreter's exit, after "
+                    "its group, can abort the process)"),
 }
 FOOTER = '''
+# {footer_note}
+for _name in [n for n, v in globals().items() if isinstance(v, nn.parallel.DistributedDataParallel)]:
+    del globals()[_name]
+gc.collect()
 dist.destroy_process_group()
 '''
 
@@ -83,7 +90,7 @@ def script(cells, world_size, threads, title=None, name="script.py", lang="en"):
         if ranks:
             body = f"if rank in {tuple(ranks)!r}:\n" + textwrap.indent(body or "pass", "    ")
         parts.append(f"\n{label}\n{body}\n")
-    parts.append(FOOTER)
+    parts.append(FOOTER.format(**words))
     text = "".join(parts)
     ast.parse(text)  # a cell that is not Python after all fails here, not under torchrun
     return text

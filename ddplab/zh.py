@@ -256,6 +256,8 @@ ZH = {
         "从 torchrun 设置的环境变量读取：RANK、WORLD_SIZE、MASTER_ADDR、MASTER_PORT",
     "left out by %ddp_export (works only in a notebook)":
         "%ddp_export 略去了这一行（只能在 notebook 中运行）",
+    "a DDP model holds its group: the models go first (one left for the interpreter's exit, after its group, can abort the process)":
+        "DDP 模型持有它的进程组：先释放模型（若留到解释器退出时、在进程组之后才销毁，进程可能异常中止）",
     # --- dashboard/html.py
     "dashboard|starting":
         "启动中",
