@@ -66,7 +66,10 @@ def _count(probe, op, fn):
         finally:
             inside.op = None
             if recorder is not None and recorder.enabled and not arguments.get("async_op"):
-                recorder.add(COMM, start, time.monotonic(), op_code(op), -1, tensor_bytes(args), calls["count"])
+                if not recorder.labelled:  # (FSDP2 imported in this cell: its labels read from now on)
+                    recorder.label_units()
+                recorder.add(COMM, start, time.monotonic(), op_code(op), recorder.unit(), tensor_bytes(args),
+                             calls["count"])
 
     collective.__wrapped__ = fn
     return collective

@@ -303,6 +303,23 @@ class Rank:
             self._drill(self.step)
         self.sender.measure()
 
+    def mesh(self, *shape, names=None):
+        """A DeviceMesh over the pool's ranks, on the CPU (gloo): the ranks laid out row by row.
+
+            mesh = ddplab.mesh()                          # 1D: every rank
+            mesh = ddplab.mesh(2, 2, names=("dp", "tp"))  # 2D: mesh["dp"], mesh["tp"]
+
+        Each of its groups is a gloo group, checked as every group is (guard.py)."""
+        from torch.distributed.device_mesh import init_device_mesh
+
+        shape = tuple(shape) or (self.world_size,)
+        if not all(isinstance(n, int) and n > 0 for n in shape) or math.prod(shape) != self.world_size:
+            raise ValueError(f"ddplab.mesh{shape}: the sizes must multiply to the pool's {self.world_size} ranks, "
+                             f"e.g. ddplab.mesh({self.world_size}) or ddplab.mesh(2, {self.world_size // 2})")
+        if names is not None and (len(names) != len(shape) or len(set(names)) != len(names)):
+            raise ValueError(f"ddplab.mesh{shape}: give one distinct name per dimension, e.g. names=('dp', 'tp')")
+        return init_device_mesh("cpu", shape, mesh_dim_names=tuple(names) if names else None)
+
     @contextlib.contextmanager
     def phase(self, name):
         """Mark a phase of the cell, such as "eval" or "checkpoint"; the dashboard shows it."""
@@ -584,7 +601,7 @@ def _private_compile_cache(wanted):
 
 
 RANK = Rank()  # this process's rank (one per engine)
-log, phase, knob, history = RANK.log, RANK.phase, RANK.knob, RANK.history  # rank code's ddplab.log(...), ...
+log, phase, knob, history, mesh = RANK.log, RANK.phase, RANK.knob, RANK.history, RANK.mesh  # rank code's ddplab.log(...), ...
 
 
 def call(method, *args, **kwargs):

@@ -32,6 +32,9 @@ QUEUE_CALLBACK = "torch.autograd:Variable._execution_engine.queue_callback"
 TIMED_GROUP_NAMES = ("torch.distributed:Reducer._update_process_group", "torch.distributed:ProcessGroup._register_backend",
                      "torch.distributed:ProcessGroup._get_backend", "torch.distributed:ProcessGroup.BackendType.CUSTOM")
 
+# FSDP2 names the unit (module) it gathers or reduces for in its record_function labels: read there
+FSDP_LABELS = "torch.distributed.fsdp._fully_shard._fsdp_param_group:record_function"
+
 PHASES = ("forward", "backward", "optimizer", "data", "comm")
 FORWARD, BACKWARD, OPTIMIZER, DATA, COMM = range(len(PHASES))
 OPS = ("", "all_reduce", "broadcast", "all_gather", "reduce_scatter", "reduce", "gather", "scatter", "barrier",
@@ -40,6 +43,36 @@ ALL_REDUCE = OPS.index("all_reduce")
 inside = threading.local()  # .op: the collective this thread is in (the collectives it calls are not the cell's)
 FIELDS = (("cell", "i"), ("step", "i"), ("phase", "b"), ("op", "b"), ("bucket", "i"), ("bytes", "q"),
           ("start", "d"), ("end", "d"), ("seq", "i"))
+
+
+def unit_of(label):
+    """The module an FSDP2 label names: "FSDP::all_gather (layers.0)" or "... (layers.0) [pg=2]" ->
+    "layers.0"; "FSDP::backward_prefetch for layers.1" -> "layers.1"; the root module's -> ""."""
+    if label.endswith("]") and " [" in label:
+        label = label[:label.rindex(" [")]
+    if label.endswith(")") and " (" in label:
+        return label[label.rindex(" (") + 2:-1]
+    return label.rsplit(" for ", 1)[1] if " for " in label else ""
+
+
+class _UnitLabel:
+    """FSDP2's record_function, and the unit it names on this thread while it is open (inside.units)."""
+
+    __slots__ = ("real", "unit")
+
+    def __init__(self, real, unit):
+        self.real, self.unit = real, unit
+
+    def __enter__(self):
+        units = getattr(inside, "units", None)
+        if units is None:
+            units = inside.units = []
+        units.append(self.unit)
+        return self.real.__enter__()
+
+    def __exit__(self, *exc):
+        inside.units.pop()
+        return self.real.__exit__(*exc)
 
 
 def op_code(name):
@@ -97,9 +130,12 @@ class Recorder:
         self._flying = []  # DDP's bucket all-reduces in flight: (future, start, bytes, bucket, step)
         self._queued, self._queue_callback = False, None  # our final callback is queued in this backward; autograd's
         # (None where torch moved it: DDP's buckets go untimed, upstream.py)
+        self.units, self._named = {}, set()  # FSDP units: name -> index (this process's); indices named this cell
+        self.labelled = False  # FSDP2's labels are read (label_units), or there is no FSDP2 to read yet
 
     def new_cell(self):
         self.opt_steps = self.collectives = self._depth = 0
+        self._named = set()
 
     def step(self):
         """The step a span belongs to: counted by ddplab.log if the cell logs, else by optimizer steps."""
@@ -174,6 +210,43 @@ class Recorder:
         self._flying, self._queued = [], False
 
     # ------------------------------------------------------------------ torch's hooks
+    def unit(self):
+        """The code of the FSDP unit the collective being called serves (-2 - its index among this
+        rank's units, named to the notebook by a "unit" event the first time), or -1 for none."""
+        units = getattr(inside, "units", None)
+        if not units:
+            return -1
+        name = units[-1]
+        index = self.units.get(name)
+        if index is None:
+            index = self.units[name] = len(self.units)
+        if index not in self._named:  # (named again in each cell: the notebook keeps a cell's names with it)
+            self._named.add(index)
+            with self.rank.lock:
+                self.rank.events.append((self.rank.cell, time.perf_counter() - self.rank.cell_t0, "unit",
+                                         f"{index}|{name}"))
+        return -2 - index
+
+    def label_units(self):
+        """Once FSDP2 is imported: its labels say which unit each collective serves (unit())."""
+        import sys
+
+        module = sys.modules.get(FSDP_LABELS.partition(":")[0])
+        if module is None or not self.installed or getattr(module.record_function, "_ddplab", False):
+            self.labelled = module is not None and self.installed
+            return
+        self.labelled = True
+        real = upstream.get(FSDP_LABELS)
+        if real is None:
+            return
+
+        def labelled(label, *args, **kwargs):
+            return _UnitLabel(real(label, *args, **kwargs), unit_of(str(label)))
+
+        labelled._ddplab, labelled.__wrapped__ = True, real
+        module.record_function = labelled
+        self._patched.append((module, "record_function", labelled))
+
     def follow(self):
         """At a cell's start, on the cell's thread: hook torch if the timeline is on, unhook it if off.
         Off costs nothing then: torch's fast paths come back (a module call with no global hook; DDP with
@@ -184,6 +257,8 @@ class Recorder:
             self.uninstall()
         elif self.installed and not self._module_handles:
             self._hook_modules()  # (a DDP forward took them out for the rest of the cell before)
+        if self.installed and not self.labelled:
+            self.label_units()
 
     def _hook_modules(self):
         import torch.nn.modules.module as modules
@@ -297,7 +372,7 @@ class Recorder:
         for owner, name, patch in self._patched:
             if getattr(owner, name) is patch:  # (not if someone patched it over ours since)
                 setattr(owner, name, patch.__wrapped__)
-        self.installed, self._handles, self._patched = False, [], []
+        self.installed, self._handles, self._patched, self.labelled = False, [], [], False
 
     def _ddp_patches(self):
         """DDP's buckets are timed where the reducer all-reduces them: at a DDP model's first forward its
@@ -409,18 +484,27 @@ def memory(namespace):
     """What this rank holds: resident memory, and bytes of parameters, gradients, optimizer state and DDP
     buckets of the objects in `namespace` (each tensor counted once), exact from the objects themselves.
     A ZeroRedundancyOptimizer counts the state of this rank's share; DDP with gradient_as_bucket_view
-    has no buckets apart from its gradients."""
+    has no buckets apart from its gradients. A DTensor (FSDP2's sharded parameters, their gradients and
+    optimizer state; a tensor-parallel layer's) counts its local shard, what this rank holds of it; FSDP2's
+    gathered parameters count while they are gathered (they are then the module's parameters)."""
     import psutil
     import torch
+    from torch.distributed.tensor import DTensor
     from torch.nn.parallel import DistributedDataParallel as DDP
 
     seen, found = set(), {"rss": psutil.Process().memory_info().rss, "params": 0, "grads": 0, "optimizer": 0,
                           "buckets": 0}
 
     def count(kind, tensor):
-        if isinstance(tensor, torch.Tensor) and id(tensor) not in seen:
-            seen.add(id(tensor))
-            found[kind] += tensor.numel() * tensor.element_size()
+        if not isinstance(tensor, torch.Tensor):
+            return
+        local = tensor.to_local() if isinstance(tensor, DTensor) else tensor  # (a new object each call: keyed by memory)
+        if local.is_meta or local.layout != torch.strided:
+            return  # (no memory here; a sparse tensor's is not its numel)
+        key = (local.untyped_storage().data_ptr(), local.storage_offset(), local.numel(), local.dtype)
+        if local.numel() and key not in seen:
+            seen.add(key)
+            found[kind] += local.numel() * local.element_size()
 
     values = list(namespace.values())
     for value in values:

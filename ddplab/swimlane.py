@@ -29,8 +29,9 @@ def window(rows, steps):
     return rows[(step > last - steps) & (step <= last)]
 
 
-def svg(rows, ranks, lang="en", steps=3, width=640, lane=34):
-    """The swimlanes of the last `steps` steps (rows: timeline.SPAN rows of one cell)."""
+def svg(rows, ranks, lang="en", steps=3, width=640, lane=34, units=()):
+    """The swimlanes of the last `steps` steps (rows: timeline.SPAN rows of one cell; units: the FSDP units
+    its collectives serve, named in each one's tooltip)."""
     shown = window(rows, steps)
     left, top = 62, 18
     height = top + lane * len(ranks) + 24
@@ -55,7 +56,9 @@ def svg(rows, ranks, lang="en", steps=3, width=640, lane=34):
             phase = int(row["phase"])
             x0, x1 = x(row["start"]), max(x(row["end"]), x(row["start"]) + 0.8)
             y0, h = (y + 2, lane / 2 - 3) if phase != COMM else (y + lane / 2, lane / 2 - 4)
-            title = escape(f"{say(lang, 'timeline|' + PHASES[phase])} {1000 * (row['end'] - row['start']):.2f} ms"
+            unit = -2 - int(row["bucket"]) if phase == COMM and row["bucket"] <= -2 else -1
+            served = f" [{units[unit] or 'root'}]" if 0 <= unit < len(units) else ""  # (the FSDP unit it serves)
+            title = escape(f"{say(lang, 'timeline|' + PHASES[phase])}{served} {1000 * (row['end'] - row['start']):.2f} ms"
                            + (f", {say(lang, 'timeline|wait')} {1000 * row['wait']:.2f} ms" if phase == COMM else ""))
             parts.append(f'<rect class="span-{PHASES[phase]}" x="{x0:.1f}" y="{y0:.1f}" width="{x1 - x0:.1f}" '
                          f'height="{h:.1f}" fill="{COLORS[phase]}"><title>{title}</title></rect>')
@@ -91,7 +94,7 @@ def live(timeline, steps=3):
     """What the dashboard shows while a cell runs: the last steps' swimlanes, their breakdown and the
     verdict (timeline: the tail of the cell's spans)."""
     lang = timeline.lang
-    return (f'<div class="ddplab-timeline">{svg(timeline.rows, timeline.ranks, lang, steps)}'
+    return (f'<div class="ddplab-timeline">{svg(timeline.rows, timeline.ranks, lang, steps, units=timeline.units)}'
             f"<p>{escape(timeline.verdict())}</p>{breakdown_html(timeline.breakdown(last=steps * 2), lang)}</div>")
 
 
@@ -107,5 +110,5 @@ def picture(timeline, steps=4):
                        for r, m in sorted(timeline._memory.items()))
         memory = (f'<table class="ddplab-memory"><caption>{escape(say(lang, "memory per rank (MiB)"))}</caption>'
                   f"<tr>{head}</tr>{rows}</table>")
-    return (f'<div class="ddplab-timeline">{svg(timeline.rows, timeline.ranks, lang, steps)}'
+    return (f'<div class="ddplab-timeline">{svg(timeline.rows, timeline.ranks, lang, steps, units=timeline.units)}'
             f"<p>{escape(timeline.verdict())}</p>{breakdown_html(timeline.breakdown(), lang)}{memory}</div>")

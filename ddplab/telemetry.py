@@ -36,6 +36,7 @@ class Live:
     timelines: dict = field(default_factory=dict)  # notebook cell -> its CellSpans
     calls: dict = field(default_factory=dict)  # rank -> the collectives of its cell, once it finished
     refused: dict = field(default_factory=dict)  # account -> [gloo connections refused, of them pairs taken]
+    units: dict = field(default_factory=dict)  # rank -> {its index of an FSDP unit: the unit's module name}
 
     @classmethod
     def new(cls, world_size):
@@ -262,6 +263,10 @@ def merge(live, batch, now):
             live.hints.setdefault(value, set()).add(rank)
         elif kind == "begin":
             live.begun.add(rank)
+        elif kind == "unit" and value and "|" in value:  # an FSDP unit the rank's collectives serve (recorder.py)
+            index, name = value.split("|", 1)
+            if index.isdigit():
+                live.units.setdefault(rank, {})[int(index)] = name
         elif kind == "refused" and value and value.count("|") >= 2:
             account, n, taken = value.rsplit("|", 2)
             if n.isdigit() and taken.isdigit():

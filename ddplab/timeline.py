@@ -76,14 +76,30 @@ def _parts(rows):
         busy_end = np.where(ready > -np.inf, ready, busy_end)
     busy = np.bincount(group[back], busy_end - start[back], n)
     compute += busy
+    # a collective the cell's thread called (dist.*, FSDP's gathers and reduce-scatters: recorded when
+    # it returned) blocked that thread: where it ran inside forward, backward or the optimizer, that
+    # stretch was communication, not compute
+    blocking = np.flatnonzero(comm & (rows["bucket"] < 0))
+    spans = np.flatnonzero((phase == FORWARD) | (phase == OPTIMIZER))
+    if len(blocking):
+        ends = np.concatenate([end[spans], busy_end])
+        spans = np.concatenate([spans, back])
+        alone = _union_lengths(group[spans], start[spans], ends, n)
+        together = _union_lengths(np.concatenate([group[spans], group[blocking]]),
+                                  np.concatenate([start[spans], start[blocking]]), np.concatenate([ends, end[blocking]]), n)
+        inside = alone + _union_lengths(group[blocking], start[blocking], end[blocking], n) - together
+        compute = np.maximum(0.0, compute - inside)
     waiting = comm & (rows["wait"] > 0)
     wait = _union_lengths(group[waiting], start[waiting], start[waiting] + rows["wait"][waiting], n)
     comm_time = _union_lengths(group[comm], start[comm], end[comm], n)
-    # hidden: collectives under backward's compute (backward spans of a rank follow one another)
-    both = np.concatenate([group[comm], group[back]])
-    union = _union_lengths(both, np.concatenate([start[comm], start[back]]),
-                           np.concatenate([end[comm], busy_end]), n)
-    hidden = np.maximum(0.0, comm_time + busy - union)
+    # hidden: DDP's bucket all-reduces (gloo's own thread) under backward's compute (backward spans of a
+    # rank follow one another)
+    flying = comm & (rows["bucket"] >= 0)
+    both = np.concatenate([group[flying], group[back]])
+    union = _union_lengths(both, np.concatenate([start[flying], start[back]]),
+                           np.concatenate([end[flying], busy_end]), n)
+    flying_time = _union_lengths(group[flying], start[flying], end[flying], n)
+    hidden = np.maximum(0.0, flying_time + busy - union)
     data = phase == DATA
     parts = {"compute": compute, "comm": np.maximum(0.0, comm_time - hidden - wait), "wait": wait,
              "data": _union_lengths(group[data], start[data], end[data], n), "hidden": hidden, "step": last}
@@ -129,9 +145,11 @@ class Rows:
 class CellSpans:
     """One cell's spans as they arrive: converted to the cell's clock, waits filled in."""
 
-    def __init__(self, cell, ranks, started, offsets=None):
+    def __init__(self, cell, ranks, started, offsets=None, units=None):
         self.cell, self.ranks, self.started = cell, list(ranks), started  # started: monotonic, the notebook's
         self.offsets = offsets or {}  # rank -> its host's clock minus the notebook's (seconds)
+        self.units = units if units is not None else {}  # rank -> {its unit index: module name} (Live.units)
+        self.unit_names = []  # the cell's FSDP units; a span's bucket -2 - i is unit_names[i]
         self.rows = Rows()
         self.pending = {}  # collective key -> [row index, ...] until every rank has reported it
         self.memory = {}  # rank -> {rss, params, ...}
@@ -147,6 +165,11 @@ class CellSpans:
         rows["rank"], rows["step"] = rank, np.maximum(columns["step"], 0)
         rows["phase"], rows["op"], rows["bucket"] = columns["phase"], columns["op"], columns["bucket"]
         rows["bytes"] = np.minimum(columns["bytes"], 2**32 - 1)
+        served = np.flatnonzero(rows["bucket"] <= -2)  # collectives of an FSDP unit: the rank's index -> the cell's
+        if len(served):
+            names = self.units.get(rank, {})
+            for i in served:
+                rows["bucket"][i] = -2 - self._unit(names.get(-2 - int(rows["bucket"][i]), "?"))
         rows["start"], rows["end"] = columns["start"] - shift, columns["end"] - shift
         rows["wait"] = 0.0
         first = len(self.rows)
@@ -167,6 +190,11 @@ class CellSpans:
             row = chunk[at]
             chunk[at]["wait"] = max(0.0, min(last, row["end"]) - row["start"])
 
+    def _unit(self, name):
+        if name not in self.unit_names:
+            self.unit_names.append(name)
+        return self.unit_names.index(name)
+
     def finish(self):
         """The cell ended: collectives some ranks never reported (a subgroup, a failed rank) settle with
         the ranks that did."""
@@ -179,7 +207,7 @@ class CellSpans:
         """A Timeline of the cell's spans, or of each rank's last `tail` spans (what a live view draws:
         every rank's latest steps, however the ranks' batches interleave)."""
         if not tail:
-            return Timeline(self.cell, self.rows.array(), self.ranks, dict(self.memory), lang)
+            return Timeline(self.cell, self.rows.array(), self.ranks, dict(self.memory), lang, self.unit_names)
         parts = []
         for batches in self.arrived.values():
             need, mine = tail, []
@@ -191,13 +219,14 @@ class CellSpans:
                     break
             parts += reversed(mine)
         rows = np.concatenate(parts) if parts else np.empty(0, SPAN)
-        return Timeline(self.cell, rows, self.ranks, dict(self.memory), lang)
+        return Timeline(self.cell, rows, self.ranks, dict(self.memory), lang, self.unit_names)
 
 
 class Timeline:
     """The spans of one cell, every rank on one clock (seconds since the cell started).
 
-        tl.to_pandas()        one row per span: rank, step, phase, start, end, op, bucket, bytes, wait
+        tl.to_pandas()        one row per span: rank, step, phase, start, end, op, bucket, module, bytes, wait
+                              (bucket: a DDP bucket's index; module: the FSDP unit a collective serves)
         tl.summary()          one row per rank: steps, and per step: compute, comm, wait, data, hidden, step (s)
         tl.memory             one row per rank: rank, rss, params, grads, optimizer, buckets (bytes)
         tl.save("trace.json") Chrome's trace event format (one process per rank): Perfetto opens it
@@ -206,9 +235,14 @@ class Timeline:
     Displayed in a notebook it draws the swimlanes of the last steps and the breakdown; printed, it
     says the breakdown."""
 
-    def __init__(self, cell, rows, ranks, memory=None, lang="en"):
+    def __init__(self, cell, rows, ranks, memory=None, lang="en", units=()):
         self.cell, self.rows, self.ranks, self.lang = cell, rows, list(ranks), lang
         self._memory = memory or {}
+        self.units = list(units)  # FSDP units: a span whose bucket is -2 - i serves units[i]
+
+    def module_of(self, bucket):
+        """The FSDP unit (module name; "" the root) a collective with this bucket code serves, or None."""
+        return self.units[-2 - bucket] if bucket <= -2 and -2 - bucket < len(self.units) else None
 
     def __len__(self):
         return len(self.rows)
@@ -219,19 +253,23 @@ class Timeline:
             yield {"rank": int(row["rank"]), "step": int(row["step"]), "phase": PHASES[row["phase"]],
                    "start": float(row["start"]), "end": float(row["end"]), "op": OPS[row["op"]] or None,
                    "bucket": int(row["bucket"]) if row["bucket"] >= 0 else None,
+                   "module": self.module_of(int(row["bucket"])),
                    "bytes": int(row["bytes"]) if row["phase"] == COMM else None, "wait": float(row["wait"])}
 
     def to_pandas(self):
         import pandas as pd
 
-        columns = ["rank", "step", "phase", "start", "end", "op", "bucket", "bytes", "wait"]
+        columns = ["rank", "step", "phase", "start", "end", "op", "bucket", "module", "bytes", "wait"]
         rows, comm = self.rows, self.rows["phase"] == COMM
+        names = np.array([*self.units, None], dtype=object)  # (index -1: none)
+        unit = np.where(rows["bucket"] <= -2, -2 - rows["bucket"].astype(np.int64), -1)
         frame = pd.DataFrame({
             "rank": rows["rank"].astype(np.int64), "step": rows["step"].astype(np.int64),
             "phase": np.array(PHASES, dtype=object)[rows["phase"]],
             "start": rows["start"].astype(float), "end": rows["end"].astype(float),
             "op": np.array([o or None for o in OPS], dtype=object)[rows["op"]],
             "bucket": pd.array(np.where(rows["bucket"] >= 0, rows["bucket"], 0), dtype="Int64"),
+            "module": names[unit],
             "bytes": pd.array(rows["bytes"].astype(np.int64), dtype="Int64"),
             "wait": rows["wait"].astype(float)}, columns=columns)
         frame.loc[rows["bucket"] < 0, "bucket"] = pd.NA  # (not a DDP bucket)
@@ -244,9 +282,11 @@ class Timeline:
 
     def steps(self):
         """Per rank and step, where the time went (seconds): compute (forward, optimizer, and backward until
-        its last gradient bucket was ready), comm (collectives not hidden under that compute, nor
-        waiting), wait (for the last rank to arrive), data, hidden (collectives that ran under backward's
-        compute: DDP's overlap), and the step's length. {rank: {step: {...}}}."""
+        its last gradient bucket was ready, less the collectives the rank's thread waited in there: FSDP's
+        gathers and reduce-scatters, a tensor-parallel layer's all-reduce), comm (collectives not hidden
+        under that compute, nor waiting), wait (for the last rank to arrive), data, hidden (DDP's bucket
+        all-reduces, on gloo's own thread, under backward's compute: its overlap), and the step's length.
+        {rank: {step: {...}}}."""
         ranks, steps, parts = self._steps
         out = {}
         for i, (r, step) in enumerate(zip(ranks.tolist(), steps.tolist())):

@@ -56,8 +56,11 @@ def test_preloaded_names_and_rank_identity(pool):
 def test_engines_are_forked_with_what_they_import_to_register(pool):
     """Everything an engine imports to register and run DDP was loaded once, in the zygote: an
     engine importing it itself pays ~0.2 s of CPU (4 engines, 2 cores: a slower start)."""
-    pool.run("import sys, ddplab.rank\nlate = sorted({m.split('.')[0] for m in set(sys.modules) - ddplab.rank.RANK.preloaded})")
-    for late in pool.gather("late"):
+    # a fresh engine: the shared pool's earlier cells may have imported anything (torch.compile: sympy)
+    pool.restart_ranks([3])
+    pool.run("import sys, ddplab.rank\nlate = sorted({m.split('.')[0] for m in set(sys.modules) - ddplab.rank.RANK.preloaded})",
+             ranks=[3])
+    for late in pool.gather("late", ranks=[3]):
         # (what the shared pool's cells import, e.g. torch.utils.data or a traceback's helpers, may come later)
         assert not set(late) & {"debugpy", "pydevd", "_pydevd_bundle", "ipykernel", "tornado", "ipyparallel",
                                 "sympy"}, late

@@ -46,7 +46,7 @@ def test_a_straggler_is_named_and_the_others_wait_for_it(pool):
     assert parts[2]["wait"] < 0.004 and parts[2]["compute"] >= 0.02, parts[2]  # it waits for nobody
     assert tl.blame()[2] >= 0.012  # each other rank waits for it, on average
     frame = tl.to_pandas()
-    assert list(frame.columns) == ["rank", "step", "phase", "start", "end", "op", "bucket", "bytes", "wait"]
+    assert list(frame.columns) == ["rank", "step", "phase", "start", "end", "op", "bucket", "module", "bytes", "wait"]
     assert set(frame["rank"]) == {0, 1, 2, 3} and set(frame["phase"]) >= {"forward", "backward", "optimizer", "comm"}
     assert frame["step"].max() == 24  # steps counted by ddplab.log
     assert "rank 2 is the slowest" in repr(tl) and "compute" in tl.summary().columns
@@ -204,3 +204,42 @@ def test_compiled_models_keep_one_graph_and_their_forward_spans(pool):
     forwards = (frame["phase"] == "forward").groupby(frame["rank"]).sum().to_dict()
     recorders = pool.gather("(lambda r: (r.enabled, r.installed, r._depth))(__import__('ddplab.rank').rank.RANK.recorder)")
     assert forwards == {r: 6 for r in range(4)}, (recorders, pool.telemetry.dropped)  # explain ran it once too
+
+
+def test_a_sharded_model_counts_its_shards_and_each_gather_names_its_layer(pool):
+    """FSDP2 (fully_shard per layer, on ddplab.mesh()): each rank's memory is what it holds, its shards
+    of the parameters, gradients and Adam's state, equal to the local tensors' sizes and adding up to
+    the model's; every all-gather and reduce-scatter on the timeline names
+    the layer it serves, in forward and in backward."""
+    pool.run("for name in [k for k, v in globals().items() if isinstance(v, (nn.Module, torch.optim.Optimizer))]:\n"
+             "    del globals()[name]")
+    pool.run(MODEL + "from torch.distributed.fsdp import fully_shard\n"
+             "mesh = ddplab.mesh()\ntorch.manual_seed(0)\nmodel = Net()\n"
+             "whole = sum(p.numel() * p.element_size() for p in model.parameters())\n"
+             "for layer in model.body:\n    if isinstance(layer, nn.Linear):\n        fully_shard(layer, mesh=mesh)\n"
+             "fully_shard(model, mesh=mesh)\nopt = torch.optim.Adam(model.parameters())\ntrain(model, opt, 3)\n"
+             "local = lambda t: t.to_local() if hasattr(t, 'to_local') else t\n"
+             "expected = {'params': sum(local(p).nbytes for p in model.parameters()),\n"
+             "            'grads': sum(local(p.grad).nbytes for p in model.parameters()),\n"
+             "            'optimizer': sum(local(t).nbytes for s in opt.state.values() for t in s.values())}")
+    tl, expected, whole = pool.records.timeline(), pool.gather("expected"), pool.gather("whole")[0]
+    memory = tl.memory.set_index("rank")
+    for r in range(4):
+        for kind in ("params", "grads", "optimizer"):
+            assert memory.loc[r, kind] == expected[r][kind], (r, kind, memory.loc[r, kind], expected[r][kind])
+        assert memory.loc[r, "params"] < whole / 4 * 1.05, (r, memory.loc[r, "params"], whole)
+    assert memory["params"].sum() == whole  # the shards add up to the model (the last rank's rows are fewer)
+    frame = tl.to_pandas()
+    comm = frame[(frame["phase"] == "comm") & (frame["rank"] == 0)]
+    gathers, scatters = comm[comm["op"] == "all_gather"], comm[comm["op"] == "reduce_scatter"]
+    assert {"body.0", "body.2", "body.4"} <= set(gathers["module"]), comm[["op", "module"]].drop_duplicates()
+    assert {"body.0", "body.2", "body.4"} <= set(scatters["module"]), comm[["op", "module"]].drop_duplicates()
+    parts = tl.breakdown()[0]
+    assert parts["comm"] + parts["wait"] > 0 and parts["compute"] < parts["step"]  # its collectives are not compute
+
+    # a 2D mesh, named: one call
+    pool.run("mesh2 = ddplab.mesh(2, 2, names=('dp', 'tp'))\n"
+             "shape = (mesh2['dp'].size(), mesh2['tp'].size(), mesh2.mesh_dim_names)")
+    assert pool.gather("shape") == [(2, 2, ("dp", "tp"))] * 4
+    with pytest.raises(RankFailed, match="multiply to the pool's 4 ranks"):
+        pool.run("ddplab.mesh(3)")

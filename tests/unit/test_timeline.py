@@ -131,9 +131,14 @@ def slow_parts(rows):
                 ready = [s2 for p2, s2, _, b2, _ in spans if p2 == COMM and b2 >= 0 and s <= s2 <= e]
                 busy.append((s, max(ready) if ready else e))
         compute = sum(e - s for p, s, e, _, _ in spans if p in (FORWARD, OPTIMIZER)) + sum(e - s for s, e in busy)
+        # a collective the cell's thread waited in (bucket < 0) inside compute was not compute
+        computing, _ = _union([(s, e) for p, s, e, _, _ in spans if p in (FORWARD, OPTIMIZER)] + busy)
+        blocked, _ = _union([(s, e) for p, s, e, b, _ in spans if p == COMM and b < 0])
+        compute = max(0.0, compute - sum(max(0.0, min(e, ce) - max(s, cs)) for cs, ce in computing for s, e in blocked))
         _, wait = _union([(s, s + w) for p, s, _, _, w in spans if p == COMM and w > 0])
-        merged, comm = _union([(s, e) for p, s, e, _, _ in spans if p == COMM])
-        hidden = sum(max(0.0, min(e, be) - max(s, bs)) for bs, be in busy for s, e in merged)
+        _, comm = _union([(s, e) for p, s, e, _, _ in spans if p == COMM])
+        flying, _ = _union([(s, e) for p, s, e, b, _ in spans if p == COMM and b >= 0])  # DDP's buckets
+        hidden = sum(max(0.0, min(e, be) - max(s, bs)) for bs, be in busy for s, e in flying)
         _, data = _union([(s, e) for p, s, e, _, _ in spans if p == DATA])
         out.setdefault(r, {})[step] = {"compute": compute, "comm": max(0.0, comm - hidden - wait), "wait": wait,
                                        "data": data, "hidden": hidden,
@@ -154,6 +159,9 @@ def test_the_step_arithmetic_in_numpy_matches_its_definition_span_by_span():
                 rows.append((r, step, FORWARD, 0, -1, 0, t, t + f, 0.0))
                 b = rng.uniform(0.002, 0.02)
                 rows.append((r, step, BACKWARD, 0, -1, 0, t + f, t + f + b, 0.0))
+                if r == 1:  # FSDP: a unit's gather inside forward, its reduce-scatter inside backward (blocking)
+                    rows.append((r, step, COMM, 3, -2, 1024, t + 0.2 * f, t + 0.5 * f, 0.0))
+                    rows.append((r, step, COMM, 4, -3, 1024, t + f + 0.6 * b, t + f + 0.8 * b, 0.0))
                 for bucket in range(rng.integers(0, 4)):
                     s = t + f + rng.uniform(0, b * 1.2)  # mostly inside backward, sometimes after it
                     d = rng.uniform(0.0005, 0.01)
@@ -173,6 +181,8 @@ def test_the_step_arithmetic_in_numpy_matches_its_definition_span_by_span():
             for part, value in slow[r][step].items():
                 assert abs(fast[r][step][part] - value) < 2e-6, (r, step, part, fast[r][step][part], value)
     assert any(p["hidden"] > 0 for p in slow[0].values()) and any(p["data"] > 0 for p in slow[0].values())
+    fsdp = Timeline(1, table, range(3)).breakdown()
+    assert fsdp[1]["comm"] > fsdp[0]["comm"] and fsdp[1]["compute"] < fsdp[1]["step"]  # its gathers are not compute
 
 
 def test_the_live_view_draws_every_ranks_latest_steps_whatever_order_their_batches_arrive_in():
