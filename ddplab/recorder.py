@@ -8,8 +8,9 @@ recorded with no change to the learner's code, and the rank's memory.
     data       the next batch of a DataLoader (_BaseDataLoaderIter.__next__)
     comm       every collective: each DDP bucket's all-reduce, from the moment the reducer launches it (through
                a timed group, or the learner's own comm hook, wrapped: still run, and timed) to the moment it
-               completes, with the bucket's index and bytes; and every dist.* collective the cell calls
-               (probe.py counts them)
+               completes, with the bucket's index and bytes; every dist.* collective the cell calls
+               (probe.py counts them), FSDP2's among them, with the unit (module) it serves; and
+               DTensor's functional collectives (tensor parallelism), from the call to completion
 
 A step is the stretch between two ddplab.log calls, or between optimizer steps when the cell does not
 log. Times are time.monotonic() (one clock for every process of a machine; the notebook aligns other
@@ -34,6 +35,12 @@ TIMED_GROUP_NAMES = ("torch.distributed:Reducer._update_process_group", "torch.d
 
 # FSDP2 names the unit (module) it gathers or reduces for in its record_function labels: read there
 FSDP_LABELS = "torch.distributed.fsdp._fully_shard._fsdp_param_group:record_function"
+# the functional collectives DTensor redistributes with (tensor parallelism): timed where it calls them
+FUNCTIONAL = ("torch.distributed._functional_collectives:all_reduce",
+              "torch.distributed._functional_collectives:all_gather_single",
+              "torch.distributed._functional_collectives:reduce_scatter_single")
+ASYNC_TENSOR = "torch.distributed._functional_collectives:AsyncCollectiveTensor"
+FUNCTIONAL_SEQ = 1 << 30  # (their numbers, counted apart from the cell's dist.* calls: waits match across ranks)
 
 PHASES = ("forward", "backward", "optimizer", "data", "comm")
 FORWARD, BACKWARD, OPTIMIZER, DATA, COMM = range(len(PHASES))
@@ -131,10 +138,11 @@ class Recorder:
         self._queued, self._queue_callback = False, None  # our final callback is queued in this backward; autograd's
         # (None where torch moved it: DDP's buckets go untimed, upstream.py)
         self.units, self._named = {}, set()  # FSDP units: name -> index (this process's); indices named this cell
+        self.functional = 0  # DTensor's collectives this cell
         self.labelled = False  # FSDP2's labels are read (label_units), or there is no FSDP2 to read yet
 
     def new_cell(self):
-        self.opt_steps = self.collectives = self._depth = 0
+        self.opt_steps = self.collectives = self._depth = self.functional = 0
         self._named = set()
 
     def step(self):
@@ -355,7 +363,8 @@ class Recorder:
         self._handles = [optimizers.register_optimizer_step_pre_hook(pre_step),
                          optimizers.register_optimizer_step_post_hook(post_step)]
         self._patched = [(torch.autograd, "backward", timed_backward),
-                         *([(iterators, "__next__", timed_next)] if iterators is not None else []), *self._ddp_patches()]
+                         *([(iterators, "__next__", timed_next)] if iterators is not None else []), *self._ddp_patches(),
+                         *self._functional_patches()]
         for owner, name, patch in self._patched:
             patch.__wrapped__ = getattr(owner, name)
             setattr(owner, name, patch)
@@ -373,6 +382,40 @@ class Recorder:
             if getattr(owner, name) is patch:  # (not if someone patched it over ours since)
                 setattr(owner, name, patch.__wrapped__)
         self.installed, self._handles, self._patched, self.labelled = False, [], [], False
+
+    def _functional_patches(self):
+        """DTensor's collectives (a tensor-parallel layer's all-reduce, a redistribution's gather) are
+        functional ones: each returns at once with a tensor that waits when it is used. Timed here
+        from the call to its completion (waited for at once: the layer uses it next)."""
+        import torch
+
+        module = upstream.get(FUNCTIONAL[0].partition(":")[0])
+        waits = upstream.get(ASYNC_TENSOR)
+        if module is None or waits is None:
+            return []
+        recorder, clock, compiling = self, time.monotonic, torch.compiler.is_compiling
+
+        def timed_call(real, op):
+            def timed(*args, **kwargs):
+                if not recorder.enabled or compiling() or getattr(inside, "op", None):
+                    return real(*args, **kwargs)
+                start = clock()
+                out = real(*args, **kwargs)
+                if isinstance(out, waits):
+                    out = out.wait()
+                recorder.functional += 1
+                recorder.add(COMM, start, clock(), op, recorder.unit(), tensor_bytes(args),
+                             FUNCTIONAL_SEQ + recorder.functional)
+                return out
+            return timed
+
+        patches = []
+        for path in FUNCTIONAL:
+            real = upstream.get(path)
+            if real is not None:
+                name = path.partition(":")[2]
+                patches.append((module, name, timed_call(real, op_code(name))))
+        return patches
 
     def _ddp_patches(self):
         """DDP's buckets are timed where the reducer all-reduces them: at a DDP model's first forward its

@@ -47,6 +47,7 @@ BUCKETS = "the timeline's spans of DDP's bucket all-reduces"
 BUCKET_BYTES = "DDP's bucket bytes in each rank's memory figures"
 DATA = "the timeline's data spans (a DataLoader's next batch)"
 UNITS = "the FSDP unit (module) each collective on the timeline serves"
+FUNCTIONAL = "the timeline's spans of DTensor's collectives (tensor parallelism)"
 GUARD = ("the check that each gloo connection is your own account's (it matters where the ranks share the "
          "machine's network: %ddp_status says whether they do)")
 PRELOAD = "the imports an engine needs done once, in the zygote, before the first cell"
@@ -72,6 +73,12 @@ NAMES = {n.path: n for n in (
     Name("torch", "torch.utils.data.dataloader:_BaseDataLoaderIter", DATA),
     # torch: FSDP2 names the unit it gathers or reduces for in its record_function labels (recorder.label_units)
     Name("torch", "torch.distributed.fsdp._fully_shard._fsdp_param_group:record_function", UNITS),
+    # torch: DTensor redistributes through these (recorder._functional_patches)
+    Name("torch", "torch.distributed._functional_collectives", FUNCTIONAL),
+    Name("torch", "torch.distributed._functional_collectives:all_reduce", FUNCTIONAL),
+    Name("torch", "torch.distributed._functional_collectives:all_gather_single", FUNCTIONAL),
+    Name("torch", "torch.distributed._functional_collectives:reduce_scatter_single", FUNCTIONAL),
+    Name("torch", "torch.distributed._functional_collectives:AsyncCollectiveTensor", FUNCTIONAL),
     # torch: the gloo guard (guard.py) replaces the class distributed_c10d builds every gloo backend with
     Name("torch", "torch.distributed.distributed_c10d:ProcessGroupGloo", GUARD),
     Name("torch", "torch.distributed.distributed_c10d:_new_process_group_helper", GUARD, uses="ProcessGroupGloo("),

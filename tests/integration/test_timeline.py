@@ -241,5 +241,20 @@ def test_a_sharded_model_counts_its_shards_and_each_gather_names_its_layer(pool)
     pool.run("mesh2 = ddplab.mesh(2, 2, names=('dp', 'tp'))\n"
              "shape = (mesh2['dp'].size(), mesh2['tp'].size(), mesh2.mesh_dim_names)")
     assert pool.gather("shape") == [(2, 2, ("dp", "tp"))] * 4
+
+    # tensor parallelism within pairs: the row-split layer's all-reduce (DTensor's, a functional
+    # collective) is on the timeline, inside forward, with its bytes; the outputs are the unsplit model's
+    pool.run("from torch.distributed.tensor.parallel import parallelize_module, ColwiseParallel, RowwiseParallel\n"
+             "torch.manual_seed(1)\nmlp = nn.Sequential(nn.Linear(16, 32), nn.ReLU(), nn.Linear(32, 8))\n"
+             "x = torch.randn(4, 16)\nplain = mlp(x).detach()\n"
+             "parallelize_module(mlp, mesh2['tp'], {'0': ColwiseParallel(), '2': RowwiseParallel()})\n"
+             "for _ in range(3):\n    out = mlp(x)\n    out.sum().backward()\n"
+             "same = torch.allclose(out, plain, atol=1e-5)")
+    assert pool.gather("same") == [True] * 4
+    frame = pool.records.timeline().to_pandas()
+    reduces = frame[(frame["phase"] == "comm") & (frame["op"] == "all_reduce") & (frame["rank"] == 0)]
+    forwards = frame[(frame["phase"] == "forward") & (frame["rank"] == 0)]
+    inside = [((forwards["start"] <= s) & (e <= forwards["end"])).any() for s, e in zip(reduces["start"], reduces["end"])]
+    assert len(reduces) >= 3 and all(inside) and (reduces["bytes"] == 4 * 8 * 4).all(), reduces
     with pytest.raises(RankFailed, match="multiply to the pool's 4 ranks"):
         pool.run("ddplab.mesh(3)")
