@@ -530,10 +530,14 @@ def memory(namespace):
     has no buckets apart from its gradients. A DTensor (FSDP2's sharded parameters, their gradients and
     optimizer state; a tensor-parallel layer's) counts its local shard, what this rank holds of it; FSDP2's
     gathered parameters count while they are gathered (they are then the module's parameters)."""
+    import sys
+
     import psutil
     import torch
-    from torch.distributed.tensor import DTensor
     from torch.nn.parallel import DistributedDataParallel as DDP
+
+    # (a DTensor exists only where its module was imported: not imported here, mid-training, for DDP alone)
+    DTensor = getattr(sys.modules.get("torch.distributed.tensor"), "DTensor", ())
 
     seen, found = set(), {"rss": psutil.Process().memory_info().rss, "params": 0, "grads": 0, "optimizer": 0,
                           "buckets": 0}
