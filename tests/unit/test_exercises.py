@@ -60,3 +60,13 @@ def test_unknown_exercises_are_named():
         check("four", 1)
     with pytest.raises(KeyError, match="lesson 98 has no exercises"):
         check("98.1", 1)
+
+
+def test_a_unit_slip_is_named_as_one():
+    from ddplab.lessons.exercises import unit_slip, wrong_unit
+
+    assert unit_slip(3_000_000 / 2**20, 3.0, "MB") == "MiB"
+    assert unit_slip(3e6, 3.0, "MB") == "bytes"
+    assert unit_slip(2.9, 3.0, "MB") is None  # a wrong number, not a wrong unit
+    assert unit_slip(3.0, 3.0, "MB") is None
+    assert "check the unit" in wrong_unit("MiB", "MB").en

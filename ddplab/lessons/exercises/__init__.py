@@ -143,3 +143,22 @@ def letter(answer, options):
         listed = ", ".join(repr(o) for o in options)
         raise Unreadable(f"answer with one of {listed}.", f"请用 {listed} 之一作答。")
     return text
+
+
+UNITS = {"bytes": 1, "KB": 1e3, "KiB": 2**10, "MB": 1e6, "MiB": 2**20, "GB": 1e9, "GiB": 2**30}
+
+
+def unit_slip(answer, value, unit):
+    """The unit the answer is in when it is `value` (given in `unit`, a key of UNITS) written in another
+    unit of UNITS (MB for MiB, bytes for MiB, ...), else None. Call it once the right answer is ruled out."""
+    given, base = number(answer), value * UNITS[unit]
+    for other, size in UNITS.items():
+        if other != unit and base and abs(given - base / size) <= 0.005 * abs(base / size):
+            return other
+    return None
+
+
+def wrong_unit(found, unit):
+    """The verdict for an answer that is right in another unit: say so, not "count again"."""
+    return wrong(f"the number is right in {found}, but the question asks for {unit}: check the unit.",
+                 f"这个数按 {found} 算是对的，但题目问的是 {unit}：请检查单位。")
