@@ -60,16 +60,21 @@ def _count(probe, op, fn):
         arguments = dict(zip(names, args), **kwargs)
         calls["last"] = {"line": line, "op": op, **_describe_arguments(arguments)}
         inside.op = op
-        recorder, start = probe.recorder, time.monotonic()
+        recorder, start, work = probe.recorder, time.monotonic(), None
         try:
-            return fn(*args, **kwargs)
+            work = fn(*args, **kwargs)
+            return work
         finally:
             inside.op = None
-            if recorder is not None and recorder.enabled and not arguments.get("async_op"):
+            if recorder is not None and recorder.enabled:
                 if not recorder.labelled:  # (FSDP2 imported in this cell: its labels read from now on)
                     recorder.label_units()
-                recorder.add(COMM, start, time.monotonic(), op_code(op), recorder.unit(), tensor_bytes(args),
-                             calls["count"])
+                span = (op_code(op), recorder.unit(), tensor_bytes(args), calls["count"],
+                        recorder.group(arguments.get("group")))
+                if not arguments.get("async_op"):
+                    recorder.add(COMM, start, time.monotonic(), *span[:4], group=span[4])
+                elif work is not None:  # (ends when its Work completes)
+                    recorder.add_when_done(work, start, *span)
 
     collective.__wrapped__ = fn
     return collective

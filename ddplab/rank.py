@@ -318,7 +318,10 @@ class Rank:
                              f"e.g. ddplab.mesh({self.world_size}) or ddplab.mesh(2, {self.world_size // 2})")
         if names is not None and (len(names) != len(shape) or len(set(names)) != len(names)):
             raise ValueError(f"ddplab.mesh{shape}: give one distinct name per dimension, e.g. names=('dp', 'tp')")
-        return init_device_mesh("cpu", shape, mesh_dim_names=tuple(names) if names else None)
+        mesh = init_device_mesh("cpu", shape, mesh_dim_names=tuple(names) if names else None)
+        for i, name in enumerate(names or ()):  # the timeline names each collective's group by its dimension
+            self.recorder.dim_names[mesh.get_group(i).group_name] = name
+        return mesh
 
     @contextlib.contextmanager
     def phase(self, name):

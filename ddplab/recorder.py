@@ -18,6 +18,7 @@ hosts). Spans are appended to columns (about 50 bytes each) and go to the notebo
 telemetry batches (wire.py); nothing is sent per span. Recording costs a few microseconds per span,
 plus what the hooks cost torch (see _ddp_patches); %ddp_timeline --off takes them all out (follow()).
 """
+import inspect
 import logging
 import threading
 import time
@@ -40,6 +41,7 @@ FUNCTIONAL = ("torch.distributed._functional_collectives:all_reduce",
               "torch.distributed._functional_collectives:all_gather_single",
               "torch.distributed._functional_collectives:reduce_scatter_single")
 ASYNC_TENSOR = "torch.distributed._functional_collectives:AsyncCollectiveTensor"
+RESOLVE_GROUP = "torch.distributed.distributed_c10d:_resolve_process_group"  # (a c10d group name -> its group)
 FUNCTIONAL_SEQ = 1 << 30  # (their numbers, counted apart from the cell's dist.* calls: waits match across ranks)
 
 PHASES = ("forward", "backward", "optimizer", "data", "comm")
@@ -49,7 +51,7 @@ OPS = ("", "all_reduce", "broadcast", "all_gather", "reduce_scatter", "reduce", 
 ALL_REDUCE = OPS.index("all_reduce")
 inside = threading.local()  # .op: the collective this thread is in (the collectives it calls are not the cell's)
 FIELDS = (("cell", "i"), ("step", "i"), ("phase", "b"), ("op", "b"), ("bucket", "i"), ("bytes", "q"),
-          ("start", "d"), ("end", "d"), ("seq", "i"))
+          ("start", "d"), ("end", "d"), ("group", "b"), ("seq", "i"))
 
 
 def unit_of(label):
@@ -140,20 +142,27 @@ class Recorder:
         self.units, self._named = {}, set()  # FSDP units: name -> index (this process's); indices named this cell
         self.functional = 0  # DTensor's collectives this cell
         self.labelled = False  # FSDP2's labels are read (label_units), or there is no FSDP2 to read yet
+        # process groups: c10d group name -> index (this process's), (label, ranks) per index, indices named
+        # this cell; a DeviceMesh dimension's name per c10d group name (ddplab.mesh, DTensor's calls)
+        self.groups, self.group_info, self._named_groups, self.dim_names = {}, {}, set(), {}
+        # tensor-parallel layers: the modules being called (main thread), the last one to return, and per
+        # root module the names of its modules that hold DTensor parameters; the layer whose backward runs
+        self._modules, self._left, self._layers, self._names_of, self._grad_module = [], None, {}, {}, None
 
     def new_cell(self):
         self.opt_steps = self.collectives = self._depth = self.functional = 0
-        self._named = set()
+        self._named, self._named_groups = set(), set()
+        self._modules, self._left, self._grad_module = [], None, None
 
     def step(self):
         """The step a span belongs to: counted by ddplab.log if the cell logs, else by optimizer steps."""
         logged = self.rank.step
         return logged + 1 if logged >= 0 else self.opt_steps
 
-    def add(self, phase, start, end, op=0, bucket=-1, nbytes=0, seq=-1, step=None):
+    def add(self, phase, start, end, op=0, bucket=-1, nbytes=0, seq=-1, step=None, group=-1, cell=None):
         s = self.spans
         with self.lock:
-            s.cell.append(self.rank.cell)
+            s.cell.append(self.rank.cell if cell is None else cell)
             s.step.append(self.step() if step is None else step)
             s.phase.append(phase)
             s.op.append(op)
@@ -161,9 +170,23 @@ class Recorder:
             s.bytes.append(nbytes)
             s.start.append(start)
             s.end.append(end)
+            s.group.append(group)
             s.seq.append(seq)  # last: now the span counts
 
-    def later(self, work, start, nbytes, bucket):
+    def add_when_done(self, work, start, op, bucket, nbytes, seq, group):
+        """An async collective (async_op=True): its span ends when its Work completes (a callback on
+        the thread that completes it), in the cell and step it was called in."""
+        cell, step = self.rank.cell, self.step()
+
+        def done(_future):
+            self.add(COMM, start, time.monotonic(), op, bucket, nbytes, seq, step, group, cell)
+
+        try:
+            work.get_future().add_done_callback(done)
+        except (AttributeError, RuntimeError):  # a Work with no future (another backend): untimed
+            log.debug("an async collective's Work has no future: not timed", exc_info=True)
+
+    def later(self, work, start, nbytes, bucket, group=-1):
         """Time one of DDP's bucket all-reduces (a Work or a Future), on this thread only: at the first
         bucket of a backward pass, a callback of ours joins autograd's final callbacks, ahead of DDP's
         (which DDP queues once its last bucket is launched) and waits for each bucket in turn, as DDP
@@ -181,7 +204,7 @@ class Recorder:
             self._queued = True
         self.poll()
         future = work.get_future() if hasattr(work, "get_future") else work
-        self._flying.append((future, start, nbytes, bucket, self.step()))
+        self._flying.append((future, start, nbytes, bucket, self.step(), group))
 
     def poll(self):
         """End the bucket all-reduces that are done."""
@@ -195,8 +218,8 @@ class Recorder:
                     self._end(item, now)
 
     def _end(self, item, end):
-        _, start, nbytes, bucket, step = item
-        self.add(COMM, start, end, ALL_REDUCE, bucket, nbytes, step, step)
+        _, start, nbytes, bucket, step, group = item
+        self.add(COMM, start, end, ALL_REDUCE, bucket, nbytes, step, step, group)
 
     def _end_buckets(self):
         """Autograd's final callback (before DDP's): wait for each bucket in turn, and end its span."""
@@ -219,12 +242,13 @@ class Recorder:
 
     # ------------------------------------------------------------------ torch's hooks
     def unit(self):
-        """The code of the FSDP unit the collective being called serves (-2 - its index among this
-        rank's units, named to the notebook by a "unit" event the first time), or -1 for none."""
+        """The code of the module the collective being called serves: the FSDP unit its label names, or
+        the tensor-parallel layer being called (in forward) or whose backward runs (-2 - its index among
+        this rank's modules, named to the notebook by a "unit" event the first time), or -1 for none."""
         units = getattr(inside, "units", None)
-        if not units:
+        name = units[-1] if units else self.layer()
+        if name is None:
             return -1
-        name = units[-1]
         index = self.units.get(name)
         if index is None:
             index = self.units[name] = len(self.units)
@@ -234,6 +258,90 @@ class Recorder:
                 self.rank.events.append((self.rank.cell, time.perf_counter() - self.rank.cell_t0, "unit",
                                          f"{index}|{name}"))
         return -2 - index
+
+    def layer(self):
+        """The tensor-parallel layer (a module holding DTensor parameters) a collective on the main thread
+        serves: in forward, the module that just returned (a Rowwise layer all-reduces in its output hook,
+        which runs after the global ones) or the innermost being called; in backward, the last layer whose
+        output's gradient arrived (autograd runs a CPU backward on the calling thread)."""
+        if threading.get_ident() != self._main:
+            return None
+        if not self._modules:
+            return self._grad_module
+        names = self._layers
+        if self._left is not None and id(self._left) in names:
+            return names[id(self._left)]
+        for module in reversed(self._modules):
+            if id(module) in names:
+                return names[id(module)]
+        return None
+
+    def layers_of(self, root):
+        """{id(module): name} of root's modules that hold DTensor parameters, kept until a parameter is
+        registered anywhere (parallelize_module replaces them: then looked up again)."""
+        import sys
+
+        found = self._names_of.get(id(root))
+        if found is None:
+            DTensor = getattr(sys.modules.get("torch.distributed.tensor"), "DTensor", None)
+            if DTensor is None:
+                return {}  # (no DTensor anywhere: looked up again once there is)
+            found = {id(m): name for name, m in root.named_modules()
+                     if any(isinstance(p, DTensor) for p in m.parameters(recurse=False))}
+            self._names_of[id(root)] = found
+        return found
+
+    def group(self, group):
+        """The code of the process group a collective runs on (named to the notebook by a "group" event,
+        "index|label|ranks", the first time in a cell), or -1 where it cannot be told. group: what the
+        collective was called with: None (the default group), a ProcessGroup, (DeviceMesh, dim), a
+        DeviceMesh or a c10d group name."""
+        try:
+            pg = self._process_group(group)
+            name = pg.group_name if pg is not None else str(group)
+        except (AttributeError, RuntimeError, ValueError, IndexError, KeyError, TypeError):
+            log.debug("a collective's group could not be told", exc_info=True)
+            return -1
+        index = self.groups.get(name)
+        if index is None:
+            index = self.groups[name] = len(self.groups)
+            self.group_info[index] = self._describe(pg, name)
+        if index not in self._named_groups:
+            self._named_groups.add(index)
+            label, ranks = self.group_info[index]
+            with self.rank.lock:
+                self.rank.events.append((self.rank.cell, time.perf_counter() - self.rank.cell_t0, "group",
+                                         f"{index}|{label}|{','.join(map(str, ranks))}"))
+        return index if index < 128 else -1  # (one byte a span)
+
+    def _process_group(self, group):
+        import torch.distributed as dist
+
+        if group is None:
+            return dist.group.WORLD
+        if isinstance(group, tuple) and len(group) == 2:  # (DeviceMesh, dim): DTensor's collectives
+            mesh, dim = group
+            pg = mesh.get_group(dim)
+            if mesh.mesh_dim_names:
+                self.dim_names.setdefault(pg.group_name, mesh.mesh_dim_names[dim])
+            return pg
+        if hasattr(group, "get_group"):  # a 1D DeviceMesh
+            return group.get_group()
+        if isinstance(group, str):
+            resolve = upstream.get(RESOLVE_GROUP)
+            return resolve(group) if resolve is not None else None
+        return group
+
+    def _describe(self, pg, name):
+        """(label, ranks) of a group: its mesh dimension's name, "world", or "ranks 0,2"."""
+        import torch.distributed as dist
+
+        ranks = tuple(dist.get_process_group_ranks(pg)) if pg is not None else ()
+        if name in self.dim_names:
+            return self.dim_names[name], ranks
+        if ranks == tuple(range(dist.get_world_size())):
+            return "world", ranks
+        return ("ranks " + ",".join(map(str, ranks))) if ranks else "a group", ranks
 
     def label_units(self):
         """Once FSDP2 is imported: its labels say which unit each collective serves (unit())."""
@@ -304,15 +412,25 @@ class Recorder:
             if recorder.enabled and threading.get_ident() == recorder._main:
                 if recorder._depth == 0:
                     recorder._forward_start = clock()
+                    recorder._layers = recorder.layers_of(module)
                 recorder._depth += 1
+                recorder._modules.append(module)
+                recorder._left = None
 
         def post_forward(module, args, output):
             if compiling():
                 return
             if recorder._depth and threading.get_ident() == recorder._main:
                 recorder._depth -= 1
+                if recorder._modules:
+                    recorder._modules.pop()
+                recorder._left = module
+                name = recorder._layers.get(id(module))
+                if name is not None and getattr(output, "requires_grad", False):
+                    output.register_hook(lambda grad, name=name: setattr(recorder, "_grad_module", name))
                 if recorder._depth == 0:
                     recorder.add(FORWARD, recorder._forward_start, clock())
+                    recorder._left = None
 
         # torch.compile warns at every compiled module's call that global hooks fire once more for
         # it: ours count nesting, so that is harmless, and the warning is not the user's to act on.
@@ -322,10 +440,11 @@ class Recorder:
         def timed_backward(*args, **kwargs):
             if not recorder.enabled:
                 return backward(*args, **kwargs)
-            start = clock()
+            start, recorder._grad_module = clock(), None
             try:
                 return backward(*args, **kwargs)
             finally:
+                recorder._grad_module = None
                 recorder.add(BACKWARD, start, clock())
                 recorder._queued = False  # (its final callbacks have run, or it failed)
                 recorder.poll()
@@ -360,8 +479,14 @@ class Recorder:
         self._queue_callback = upstream.get(QUEUE_CALLBACK)
         self._module_hooks = (pre_forward, post_forward)
         self._hook_modules()
+        import torch.nn.modules.module as modules
+
+        def parameter_registered(module, name, param):
+            recorder._names_of.clear()  # (parallelize_module made some of them DTensors: look again)
+
         self._handles = [optimizers.register_optimizer_step_pre_hook(pre_step),
-                         optimizers.register_optimizer_step_post_hook(post_step)]
+                         optimizers.register_optimizer_step_post_hook(post_step),
+                         modules.register_module_parameter_registration_hook(parameter_registered)]
         self._patched = [(torch.autograd, "backward", timed_backward),
                          *([(iterators, "__next__", timed_next)] if iterators is not None else []), *self._ddp_patches(),
                          *self._functional_patches()]
@@ -396,6 +521,8 @@ class Recorder:
         recorder, clock, compiling = self, time.monotonic, torch.compiler.is_compiling
 
         def timed_call(real, op):
+            at = list(inspect.signature(real).parameters).index("group")  # (where each takes its group)
+
             def timed(*args, **kwargs):
                 if not recorder.enabled or compiling() or getattr(inside, "op", None):
                     return real(*args, **kwargs)
@@ -405,7 +532,8 @@ class Recorder:
                     out = out.wait()
                 recorder.functional += 1
                 recorder.add(COMM, start, clock(), op, recorder.unit(), tensor_bytes(args),
-                             FUNCTIONAL_SEQ + recorder.functional)
+                             FUNCTIONAL_SEQ + recorder.functional,
+                             group=recorder.group(kwargs["group"] if "group" in kwargs else args[at] if len(args) > at else None))
                 return out
             return timed
 
@@ -457,7 +585,7 @@ class Recorder:
                         index = -1
                     else:
                         index, self.launched = self.launched, self.launched + 1
-                    recorder.later(work, start, tensor.numel() * tensor.element_size(), index)
+                    recorder.later(work, start, tensor.numel() * tensor.element_size(), index, recorder.group(self.real))
                 return work
 
             def broadcast(self, tensors, opts):  # the buckets' order, agreed once after the first step
@@ -475,7 +603,8 @@ class Recorder:
                 finally:
                     inside.op = None
                 # the bytes its collectives sent (a compression hook sends fewer than the bucket holds)
-                recorder.later(future, start, inside.bytes or buffer.numel() * buffer.element_size(), bucket.index())
+                recorder.later(future, start, inside.bytes or buffer.numel() * buffer.element_size(), bucket.index(),
+                               recorder.group(ddp.process_group))
                 return future
 
             return hook

@@ -84,7 +84,7 @@ class Runner:
         tic = time.perf_counter()
         live.hints, live.calls, live.begun = {}, {}, set()
         live.spans = live.timelines[rs.cell] = CellSpans(rs.cell, ranks, time.monotonic(), lab.group.clock_offsets,
-                                                         live.units)
+                                                         live.units, live.groups)
         outcome, stopped_by = cell.execute(lab.view_on(ranks), code, ranks, live, lab.telemetry, self.hooks(),
                                            timeout, lab.config.lang)
         live.spans.finish()

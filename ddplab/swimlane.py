@@ -29,9 +29,9 @@ def window(rows, steps):
     return rows[(step > last - steps) & (step <= last)]
 
 
-def svg(rows, ranks, lang="en", steps=3, width=640, lane=34, units=()):
-    """The swimlanes of the last `steps` steps (rows: timeline.SPAN rows of one cell; units: the FSDP units
-    its collectives serve, named in each one's tooltip)."""
+def svg(rows, ranks, lang="en", steps=3, width=640, lane=34, units=(), groups=()):
+    """The swimlanes of the last `steps` steps (rows: timeline.SPAN rows of one cell; units: the modules its
+    collectives serve, groups: (label, ranks) of the groups they ran on, named in each one's tooltip)."""
     shown = window(rows, steps)
     left, top = 62, 18
     height = top + lane * len(ranks) + 24
@@ -57,7 +57,9 @@ def svg(rows, ranks, lang="en", steps=3, width=640, lane=34, units=()):
             x0, x1 = x(row["start"]), max(x(row["end"]), x(row["start"]) + 0.8)
             y0, h = (y + 2, lane / 2 - 3) if phase != COMM else (y + lane / 2, lane / 2 - 4)
             unit = -2 - int(row["bucket"]) if phase == COMM and row["bucket"] <= -2 else -1
-            served = f" [{units[unit] or 'root'}]" if 0 <= unit < len(units) else ""  # (the FSDP unit it serves)
+            served = f" [{units[unit] or 'root'}]" if 0 <= unit < len(units) else ""  # (the module it serves)
+            if phase == COMM and 0 <= row["group"] < len(groups):
+                served += f" @{groups[row['group']][0]}"  # (the group it ran on)
             title = escape(f"{say(lang, 'timeline|' + PHASES[phase])}{served} {1000 * (row['end'] - row['start']):.2f} ms"
                            + (f", {say(lang, 'timeline|wait')} {1000 * row['wait']:.2f} ms" if phase == COMM else ""))
             parts.append(f'<rect class="span-{PHASES[phase]}" x="{x0:.1f}" y="{y0:.1f}" width="{x1 - x0:.1f}" '
@@ -90,11 +92,15 @@ def breakdown_html(parts, lang="en"):
     return f'<table class="ddplab-breakdown"><caption>{caption}</caption><tr>{head}</tr>{body}</table>'
 
 
+def lanes(timeline, steps):
+    return svg(timeline.rows, timeline.ranks, timeline.lang, steps, units=timeline.units, groups=timeline.groups)
+
+
 def live(timeline, steps=3):
     """What the dashboard shows while a cell runs: the last steps' swimlanes, their breakdown and the
     verdict (timeline: the tail of the cell's spans)."""
     lang = timeline.lang
-    return (f'<div class="ddplab-timeline">{svg(timeline.rows, timeline.ranks, lang, steps, units=timeline.units)}'
+    return (f'<div class="ddplab-timeline">{lanes(timeline, steps)}'
             f"<p>{escape(timeline.verdict())}</p>{breakdown_html(timeline.breakdown(last=steps * 2), lang)}</div>")
 
 
@@ -110,5 +116,5 @@ def picture(timeline, steps=4):
                        for r, m in sorted(timeline._memory.items()))
         memory = (f'<table class="ddplab-memory"><caption>{escape(say(lang, "memory per rank (MiB)"))}</caption>'
                   f"<tr>{head}</tr>{rows}</table>")
-    return (f'<div class="ddplab-timeline">{svg(timeline.rows, timeline.ranks, lang, steps, units=timeline.units)}'
+    return (f'<div class="ddplab-timeline">{lanes(timeline, steps)}'
             f"<p>{escape(timeline.verdict())}</p>{breakdown_html(timeline.breakdown(), lang)}{memory}</div>")

@@ -36,7 +36,8 @@ class Live:
     timelines: dict = field(default_factory=dict)  # notebook cell -> its CellSpans
     calls: dict = field(default_factory=dict)  # rank -> the collectives of its cell, once it finished
     refused: dict = field(default_factory=dict)  # account -> [gloo connections refused, of them pairs taken]
-    units: dict = field(default_factory=dict)  # rank -> {its index of an FSDP unit: the unit's module name}
+    units: dict = field(default_factory=dict)  # rank -> {its index of a module served: the module's name}
+    groups: dict = field(default_factory=dict)  # rank -> {its index of a process group: (label, ranks)}
 
     @classmethod
     def new(cls, world_size):
@@ -267,6 +268,11 @@ def merge(live, batch, now):
             index, name = value.split("|", 1)
             if index.isdigit():
                 live.units.setdefault(rank, {})[int(index)] = name
+        elif kind == "group" and value and value.count("|") == 2:  # a group its collectives ran on (recorder.py)
+            index, label, ranks = value.split("|")
+            members = ranks.split(",") if ranks else []
+            if index.isdigit() and all(m.isdigit() for m in members):
+                live.groups.setdefault(rank, {})[int(index)] = (label, tuple(map(int, members)))
         elif kind == "refused" and value and value.count("|") >= 2:
             account, n, taken = value.rsplit("|", 2)
             if n.isdigit() and taken.isdigit():

@@ -1,7 +1,7 @@
 """The timeline in the notebook: every rank's spans of a cell (recorder.py, engine side) on one clock,
 with the waiting computed across ranks, kept lean, and said in words.
 
-    spans     one structured row per span (SPAN: 26 bytes): rank, step, phase, op, bucket, bytes, start,
+    spans     one structured row per span (SPAN: 27 bytes): rank, step, phase, op, bucket, group, bytes, start,
               end (seconds since the cell started, float32), wait (seconds of it spent waiting for the
               last rank to arrive at that collective)
     wait      a collective is one row per rank with the same key (DDP: step and bucket; a dist.* call: its
@@ -10,7 +10,7 @@ with the waiting computed across ranks, kept lean, and said in words.
     memory    per rank: rss, params, grads, optimizer, buckets (bytes)
 
 Pure data (numpy): no torch, IPython or widget imports. Rows are kept in fixed chunks whose untouched
-pages cost nothing, so a span costs its 26 bytes in the notebook, not a Python object.
+pages cost nothing, so a span costs its 27 bytes in the notebook, not a Python object.
 """
 import functools
 import json
@@ -23,7 +23,7 @@ from .words import say
 OPS = ("", "all_reduce", "broadcast", "all_gather", "reduce_scatter", "reduce", "gather", "scatter", "barrier",
        "all_to_all", "send", "recv", "other")
 SPAN = np.dtype([("rank", "<u2"), ("step", "<u4"), ("phase", "u1"), ("op", "u1"), ("bucket", "<i2"),
-                 ("bytes", "<u4"), ("start", "<f4"), ("end", "<f4"), ("wait", "<f4")])
+                 ("group", "i1"), ("bytes", "<u4"), ("start", "<f4"), ("end", "<f4"), ("wait", "<f4")])
 CHUNK = 1 << 16  # rows per chunk (1.7 MB, allocated untouched)
 MEMORY = ("rss", "params", "grads", "optimizer", "buckets")
 PARTS = ("compute", "comm", "wait", "data", "hidden", "step")
@@ -145,11 +145,13 @@ class Rows:
 class CellSpans:
     """One cell's spans as they arrive: converted to the cell's clock, waits filled in."""
 
-    def __init__(self, cell, ranks, started, offsets=None, units=None):
+    def __init__(self, cell, ranks, started, offsets=None, units=None, groups=None):
         self.cell, self.ranks, self.started = cell, list(ranks), started  # started: monotonic, the notebook's
         self.offsets = offsets or {}  # rank -> its host's clock minus the notebook's (seconds)
-        self.units = units if units is not None else {}  # rank -> {its unit index: module name} (Live.units)
-        self.unit_names = []  # the cell's FSDP units; a span's bucket -2 - i is unit_names[i]
+        self.units = units if units is not None else {}  # rank -> {its index of a module: its name} (Live.units)
+        self.unit_names = []  # the cell's modules served (FSDP units, TP layers); a span's bucket -2 - i is unit_names[i]
+        self.groups = groups if groups is not None else {}  # rank -> {its group index: (label, ranks)} (Live.groups)
+        self.group_names = []  # the cell's groups, (label, ranks); a span's group i is group_names[i]
         self.rows = Rows()
         self.pending = {}  # collective key -> [row index, ...] until every rank has reported it
         self.memory = {}  # rank -> {rss, params, ...}
@@ -170,16 +172,23 @@ class CellSpans:
             names = self.units.get(rank, {})
             for i in served:
                 rows["bucket"][i] = -2 - self._unit(names.get(-2 - int(rows["bucket"][i]), "?"))
+        rows["group"] = -1
+        groups = self.groups.get(rank, {})
+        for i in np.flatnonzero(columns["group"] >= 0):  # the rank's index of a group -> the cell's
+            found = groups.get(int(columns["group"][i]))
+            if found is not None:
+                rows["group"][i] = self._group(found)
         rows["start"], rows["end"] = columns["start"] - shift, columns["end"] - shift
         rows["wait"] = 0.0
         first = len(self.rows)
         self.rows.extend(rows)
         self.arrived.setdefault(rank, []).append((first, first + n))
         comm = np.flatnonzero(rows["phase"] == COMM)
-        for i in comm:
-            key = (int(rows["op"][i]), int(rows["bucket"][i]), int(columns["seq"][i]))
+        for i in comm:  # a collective settles once every rank of its group has reported it
+            members = self.group_names[rows["group"][i]][1] if rows["group"][i] >= 0 else ()
+            key = (int(rows["op"][i]), int(rows["bucket"][i]), int(columns["seq"][i]), members)
             self.pending.setdefault(key, []).append(first + int(i))
-            if len(self.pending[key]) >= len(self.ranks):
+            if len(self.pending[key]) >= (len(members) or len(self.ranks)):
                 self._settle(self.pending.pop(key))
 
     def _settle(self, indices):
@@ -195,6 +204,11 @@ class CellSpans:
             self.unit_names.append(name)
         return self.unit_names.index(name)
 
+    def _group(self, group):
+        if group not in self.group_names:
+            self.group_names.append(group)
+        return min(self.group_names.index(group), 127)
+
     def finish(self):
         """The cell ended: collectives some ranks never reported (a subgroup, a failed rank) settle with
         the ranks that did."""
@@ -207,7 +221,8 @@ class CellSpans:
         """A Timeline of the cell's spans, or of each rank's last `tail` spans (what a live view draws:
         every rank's latest steps, however the ranks' batches interleave)."""
         if not tail:
-            return Timeline(self.cell, self.rows.array(), self.ranks, dict(self.memory), lang, self.unit_names)
+            return Timeline(self.cell, self.rows.array(), self.ranks, dict(self.memory), lang, self.unit_names,
+                            self.group_names)
         parts = []
         for batches in self.arrived.values():
             need, mine = tail, []
@@ -219,14 +234,16 @@ class CellSpans:
                     break
             parts += reversed(mine)
         rows = np.concatenate(parts) if parts else np.empty(0, SPAN)
-        return Timeline(self.cell, rows, self.ranks, dict(self.memory), lang, self.unit_names)
+        return Timeline(self.cell, rows, self.ranks, dict(self.memory), lang, self.unit_names, self.group_names)
 
 
 class Timeline:
     """The spans of one cell, every rank on one clock (seconds since the cell started).
 
-        tl.to_pandas()        one row per span: rank, step, phase, start, end, op, bucket, module, bytes, wait
-                              (bucket: a DDP bucket's index; module: the FSDP unit a collective serves)
+        tl.to_pandas()        one row per span: rank, step, phase, start, end, op, bucket, module, group, bytes,
+                              wait (bucket: a DDP bucket's index; module: the FSDP unit or tensor-parallel
+                              layer a collective serves; group: the mesh dimension it ran on, "world", or
+                              "ranks 0,2")
         tl.summary()          one row per rank: steps, and per step: compute, comm, wait, data, hidden, step (s)
         tl.memory             one row per rank: rank, rss, params, grads, optimizer, buckets (bytes)
         tl.save("trace.json") Chrome's trace event format (one process per rank): Perfetto opens it
@@ -235,14 +252,20 @@ class Timeline:
     Displayed in a notebook it draws the swimlanes of the last steps and the breakdown; printed, it
     says the breakdown."""
 
-    def __init__(self, cell, rows, ranks, memory=None, lang="en", units=()):
+    def __init__(self, cell, rows, ranks, memory=None, lang="en", units=(), groups=()):
         self.cell, self.rows, self.ranks, self.lang = cell, rows, list(ranks), lang
         self._memory = memory or {}
-        self.units = list(units)  # FSDP units: a span whose bucket is -2 - i serves units[i]
+        self.units = list(units)  # modules served: a span whose bucket is -2 - i serves units[i]
+        self.groups = list(groups)  # (label, ranks): a span whose group is i ran on groups[i]
 
     def module_of(self, bucket):
-        """The FSDP unit (module name; "" the root) a collective with this bucket code serves, or None."""
+        """The module (an FSDP unit, "" its root; a tensor-parallel layer) a collective with this bucket
+        code serves, or None."""
         return self.units[-2 - bucket] if bucket <= -2 and -2 - bucket < len(self.units) else None
+
+    def group_of(self, code):
+        """The label of the group a collective with this group code ran on, or None."""
+        return self.groups[code][0] if 0 <= code < len(self.groups) else None
 
     def __len__(self):
         return len(self.rows)
@@ -253,13 +276,13 @@ class Timeline:
             yield {"rank": int(row["rank"]), "step": int(row["step"]), "phase": PHASES[row["phase"]],
                    "start": float(row["start"]), "end": float(row["end"]), "op": OPS[row["op"]] or None,
                    "bucket": int(row["bucket"]) if row["bucket"] >= 0 else None,
-                   "module": self.module_of(int(row["bucket"])),
+                   "module": self.module_of(int(row["bucket"])), "group": self.group_of(int(row["group"])),
                    "bytes": int(row["bytes"]) if row["phase"] == COMM else None, "wait": float(row["wait"])}
 
     def to_pandas(self):
         import pandas as pd
 
-        columns = ["rank", "step", "phase", "start", "end", "op", "bucket", "module", "bytes", "wait"]
+        columns = ["rank", "step", "phase", "start", "end", "op", "bucket", "module", "group", "bytes", "wait"]
         rows, comm = self.rows, self.rows["phase"] == COMM
         names = np.array([*self.units, None], dtype=object)  # (index -1: none)
         unit = np.where(rows["bucket"] <= -2, -2 - rows["bucket"].astype(np.int64), -1)
@@ -270,6 +293,8 @@ class Timeline:
             "op": np.array([o or None for o in OPS], dtype=object)[rows["op"]],
             "bucket": pd.array(np.where(rows["bucket"] >= 0, rows["bucket"], 0), dtype="Int64"),
             "module": names[unit],
+            "group": np.array([*(label for label, _ in self.groups), None], dtype=object)[
+                np.where(rows["group"] >= 0, rows["group"], len(self.groups))],
             "bytes": pd.array(rows["bytes"].astype(np.int64), dtype="Int64"),
             "wait": rows["wait"].astype(float)}, columns=columns)
         frame.loc[rows["bucket"] < 0, "bucket"] = pd.NA  # (not a DDP bucket)

@@ -48,6 +48,7 @@ BUCKET_BYTES = "DDP's bucket bytes in each rank's memory figures"
 DATA = "the timeline's data spans (a DataLoader's next batch)"
 UNITS = "the FSDP unit (module) each collective on the timeline serves"
 FUNCTIONAL = "the timeline's spans of DTensor's collectives (tensor parallelism)"
+GROUPS = "the group of a collective called with a group's name, on the timeline"
 GUARD = ("the check that each gloo connection is your own account's (it matters where the ranks share the "
          "machine's network: %ddp_status says whether they do)")
 PRELOAD = "the imports an engine needs done once, in the zygote, before the first cell"
@@ -78,6 +79,8 @@ NAMES = {n.path: n for n in (
     Name("torch", "torch.distributed._functional_collectives:all_reduce", FUNCTIONAL),
     Name("torch", "torch.distributed._functional_collectives:all_gather_single", FUNCTIONAL),
     Name("torch", "torch.distributed._functional_collectives:reduce_scatter_single", FUNCTIONAL),
+    # torch: a c10d group name (what a functional collective may be given) -> its group (recorder.group)
+    Name("torch", "torch.distributed.distributed_c10d:_resolve_process_group", GROUPS),
     Name("torch", "torch.distributed._functional_collectives:AsyncCollectiveTensor", FUNCTIONAL),
     # torch: the gloo guard (guard.py) replaces the class distributed_c10d builds every gloo backend with
     Name("torch", "torch.distributed.distributed_c10d:ProcessGroupGloo", GUARD),

@@ -35,7 +35,7 @@ MAX_POINTS = 1_000_000  # per batch: far more than 0.25 s of logging
 MAX_HEADER = 1 << 20
 COLUMNS = ("step", "time", "loss", "samples")
 SPAN_FIELDS = (("cell", "<i4"), ("step", "<i4"), ("phase", "i1"), ("op", "i1"), ("bucket", "<i4"), ("bytes", "<i8"),
-               ("start", "<f8"), ("end", "<f8"), ("seq", "<i4"))  # recorder.FIELDS, as numpy reads them
+               ("start", "<f8"), ("end", "<f8"), ("group", "i1"), ("seq", "<i4"))  # recorder.FIELDS, as numpy reads them
 MEMORY_FIELDS = ("rss", "params", "grads", "optimizer", "buckets")
 TYPECODES = {"step": "q", "time": "d", "loss": "d", "samples": "d"}
 LITTLE = sys.byteorder == "little"

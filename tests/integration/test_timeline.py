@@ -234,6 +234,7 @@ def test_a_sharded_model_counts_its_shards_and_each_gather_names_its_layer(pool)
     gathers, scatters = comm[comm["op"] == "all_gather"], comm[comm["op"] == "reduce_scatter"]
     assert {"body.0", "body.2", "body.4"} <= set(gathers["module"]), comm[["op", "module"]].drop_duplicates()
     assert {"body.0", "body.2", "body.4"} <= set(scatters["module"]), comm[["op", "module"]].drop_duplicates()
+    assert set(comm["group"]) == {"world"}, comm[["op", "group"]].drop_duplicates()  # (a 1D mesh: every rank)
     parts = tl.breakdown()[0]
     assert parts["comm"] + parts["wait"] > 0 and parts["compute"] < parts["step"]  # its collectives are not compute
 
@@ -246,15 +247,29 @@ def test_a_sharded_model_counts_its_shards_and_each_gather_names_its_layer(pool)
     # collective) is on the timeline, inside forward, with its bytes; the outputs are the unsplit model's
     pool.run("from torch.distributed.tensor.parallel import parallelize_module, ColwiseParallel, RowwiseParallel\n"
              "torch.manual_seed(1)\nmlp = nn.Sequential(nn.Linear(16, 32), nn.ReLU(), nn.Linear(32, 8))\n"
-             "x = torch.randn(4, 16)\nplain = mlp(x).detach()\n"
+             "x = torch.randn(4, 16, requires_grad=True)\nplain = mlp(x).detach()\n"
              "parallelize_module(mlp, mesh2['tp'], {'0': ColwiseParallel(), '2': RowwiseParallel()})\n"
              "for _ in range(3):\n    out = mlp(x)\n    out.sum().backward()\n"
-             "same = torch.allclose(out, plain, atol=1e-5)")
+             "same = torch.allclose(out, plain, atol=1e-5)\n"
+             "work = dist.all_reduce(torch.ones(1000), async_op=True)\nwork.wait()")
     assert pool.gather("same") == [True] * 4
     frame = pool.records.timeline().to_pandas()
     reduces = frame[(frame["phase"] == "comm") & (frame["op"] == "all_reduce") & (frame["rank"] == 0)]
     forwards = frame[(frame["phase"] == "forward") & (frame["rank"] == 0)]
-    inside = [((forwards["start"] <= s) & (e <= forwards["end"])).any() for s, e in zip(reduces["start"], reduces["end"])]
-    assert len(reduces) >= 3 and all(inside) and (reduces["bytes"] == 4 * 8 * 4).all(), reduces
+    backwards = frame[(frame["phase"] == "backward") & (frame["rank"] == 0)]
+
+    def within(spans, s, e):
+        return ((spans["start"] <= s) & (e <= spans["end"])).any()
+
+    # the row-split layer ("2") all-reduces its output in forward; the column-split one ("0") the input's
+    # gradient in backward; both within the pair, the mesh's "tp" dimension, with the activations' bytes
+    ahead = reduces[[within(forwards, s, e) for s, e in zip(reduces["start"], reduces["end"])]]
+    behind = reduces[[within(backwards, s, e) for s, e in zip(reduces["start"], reduces["end"])]]
+    assert len(ahead) == 3 and set(ahead["module"]) == {"2"} and (ahead["bytes"] == 4 * 8 * 4).all(), reduces
+    assert len(behind) == 3 and set(behind["module"]) == {"0"} and (behind["bytes"] == 4 * 16 * 4).all(), reduces
+    assert set(ahead["group"]) == set(behind["group"]) == {"tp"}, reduces
+    # an async all-reduce (async_op=True) is timed until its Work completes, on the whole group
+    alone = reduces[(reduces["bytes"] == 4000)]
+    assert len(alone) == 1 and alone["module"].isna().all() and list(alone["group"]) == ["world"], reduces
     with pytest.raises(RankFailed, match="multiply to the pool's 4 ranks"):
         pool.run("ddplab.mesh(3)")

@@ -5,22 +5,22 @@ from array import array
 
 import numpy as np
 
-from ddplab import wire
+from ddplab import recorder, wire
 from ddplab.timeline import CHUNK, SPAN, CellSpans, Rows
 
 BACKWARD, OPTIMIZER, FORWARD, COMM, DATA = 1, 2, 0, 4, 3
 
 
 def columns(spans):
-    """recorder.FIELDS columns from (step, phase, op, bucket, bytes, start, end, seq) tuples."""
-    fields = (("cell", "i"), ("step", "i"), ("phase", "b"), ("op", "b"), ("bucket", "i"), ("bytes", "q"),
-              ("start", "d"), ("end", "d"), ("seq", "i"))
-    out = {name: array(code) for name, code in fields}
-    for step, phase, op, bucket, nbytes, start, end, seq in spans:
-        for name, value in zip(("cell", "step", "phase", "op", "bucket", "bytes", "start", "end", "seq"),
-                               (1, step, phase, op, bucket, nbytes, start, end, seq)):
+    """recorder.FIELDS columns from (step, phase, op, bucket, bytes, start, end, seq[, group]) tuples."""
+    out = {name: array(code) for name, code in recorder.FIELDS}
+    for span in spans:
+        step, phase, op, bucket, nbytes, start, end, seq, *group = span
+        values = dict(cell=1, step=step, phase=phase, op=op, bucket=bucket, bytes=nbytes, start=start, end=end,
+                      seq=seq, group=group[0] if group else -1)
+        for name, value in values.items():
             out[name].append(value)
-    return {name: np.frombuffer(values, dtype=dtype) for (name, dtype), values in zip(wire.SPAN_FIELDS, out.values())}
+    return {name: np.frombuffer(out[name], dtype=dtype) for name, dtype in wire.SPAN_FIELDS}
 
 
 def one_step(arrives, ready_late=0.0):
@@ -49,6 +49,21 @@ def test_each_rank_waits_from_its_arrival_until_the_last_ranks():
         tl.verdict().startswith("rank 1 is the slowest")
 
 
+def test_a_collective_of_a_subgroup_waits_only_for_its_own_ranks_and_names_its_group():
+    """Two tensor-parallel pairs on a 2x2 mesh: each pair's all-reduce (the same number on every rank)
+    settles within the pair, and the group's label ("tp") is the span's."""
+    groups = {r: {0: ("tp", (0, 1) if r < 2 else (2, 3))} for r in range(4)}
+    spans = CellSpans(1, [0, 1, 2, 3], started=100.0, units={r: {0: "2"} for r in range(4)}, groups=groups)
+    late = {0: 0.0, 1: 0.001, 2: 0.0, 3: 0.009}  # rank 3 is late: only rank 2 waits for it
+    for r, delay in late.items():
+        spans.add(r, columns([(0, COMM, 1, -2, 128, 100.0 + delay, 100.01, 1 << 30 | 1, 0)]))
+    assert not spans.pending  # both pairs settled without the cell's end
+    frame = spans.timeline().to_pandas().set_index("rank")
+    assert list(frame["group"]) == ["tp"] * 4 and list(frame["module"]) == ["2"] * 4
+    assert abs(frame.loc[0, "wait"] - 0.001) < 1e-5 and abs(frame.loc[2, "wait"] - 0.009) < 1e-5
+    assert frame.loc[1, "wait"] == 0.0 and frame.loc[3, "wait"] == 0.0
+
+
 def test_a_step_splits_into_compute_communication_waiting_and_data():
     spans = CellSpans(1, [0, 1], started=100.0)
     late = 0.010
@@ -75,8 +90,8 @@ def test_communication_is_named_when_no_rank_holds_the_others_back():
     assert "瓶颈是通信" in spans.timeline("zh").verdict()
 
 
-def test_rows_grow_in_chunks_and_cost_their_26_bytes():
-    assert SPAN.itemsize == 26
+def test_rows_grow_in_chunks_and_cost_their_27_bytes():
+    assert SPAN.itemsize == 27
     rows = Rows()
     batch = np.zeros(1000, SPAN)
     batch["step"] = np.arange(1000)
@@ -89,9 +104,7 @@ def test_rows_grow_in_chunks_and_cost_their_26_bytes():
 
 
 def test_spans_cross_the_wire_as_data_and_the_trace_opens_as_json(tmp_path):
-    cols = {name: array(code, [0] * 2) for name, code in
-            (("cell", "i"), ("step", "i"), ("phase", "b"), ("op", "b"), ("bucket", "i"), ("bytes", "q"),
-             ("start", "d"), ("end", "d"), ("seq", "i"))}
+    cols = {name: array(code, [0] * 2) for name, code in recorder.FIELDS}
     cols["phase"] = array("b", [COMM, FORWARD])
     cols["end"] = array("d", [0.5, 0.25])
     frames = wire.encode(b"k" * 32, 1, 1, {c: array("q" if c == "step" else "d") for c in wire.COLUMNS},
@@ -172,7 +185,7 @@ def test_the_step_arithmetic_in_numpy_matches_its_definition_span_by_span():
                 rows.append((r, step, DATA, 0, -1, 0, t - 0.002, t + 0.001, 0.0))  # overlapping: counted once
             rows.append((r, step, COMM, 2, -1, 64, t, t + 0.002, 0.001))  # an explicit collective
             rows.append((r, step, OPTIMIZER, 0, -1, 0, t + 0.002, t + 0.004, 0.0))
-    table = np.array(rows, dtype=SPAN)
+    table = np.array([(*row[:5], -1, *row[5:]) for row in rows], dtype=SPAN)  # (group: none)
     rng.shuffle(table)
     fast, slow = Timeline(1, table, range(3)).steps(), slow_parts(table)
     assert fast.keys() == slow.keys() and all(fast[r].keys() == slow[r].keys() for r in slow)
