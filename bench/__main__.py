@@ -14,7 +14,7 @@ import time
 
 import psutil
 
-SUITE = ["log_cost", "start", "training", "history", "kernel_memory", "dashboard_scale", "hosts"]
+SUITE = ["log_cost", "start", "training", "sharded", "history", "kernel_memory", "dashboard_scale", "hosts"]
 
 
 def machine():

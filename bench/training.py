@@ -46,9 +46,10 @@ def in_notebook(n, steps, modes):
     return in_kernel(cells)
 
 
-def torchrun(n, steps, threads):
+def torchrun(n, steps, threads, workload="ddp"):
     out = python("-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={n}", "bench/ddp_script.py",
-                 f"--steps={steps}", f"--threads={threads}", env={"OMP_NUM_THREADS": str(threads)})
+                 f"--steps={steps}", f"--threads={threads}", f"--workload={workload}",
+                 env={"OMP_NUM_THREADS": str(threads)})
     return next(json.loads(line[6:]) for line in out.splitlines() if line.startswith("BENCH "))
 
 

@@ -68,6 +68,62 @@ def train_ddp(steps=200, batch=64, lr=0.05, momentum=0.9, seed=0, log=True):
             "samples_per_s": steps * batch / seconds, "checksum": param_checksum(model.module)}
 
 
+def _train_replicated(model, steps, batch, lr, seed, log, shard_data):
+    """The loop of train_fsdp and train_tp: Adam on `model`, the synthetic data in batches (each rank
+    its own part of every batch if shard_data, else the same batch on every rank, as tensor
+    parallelism needs); a summary as train_ddp's."""
+    rank, world = dist.get_rank(), dist.get_world_size()
+    x_all, y_all = synthetic_classification(seed=seed).tensors
+    opt = torch.optim.Adam(model.parameters(), lr=lr)
+    loss_fn = nn.CrossEntropyLoss()
+    loss, n = torch.tensor(0.0), len(x_all)
+    tic = time.perf_counter()
+    for step in range(1, steps + 1):
+        lo = ((step - 1) * batch * (world if shard_data else 1)) % (n - batch * world)
+        if shard_data:
+            lo += rank * batch
+        x, y = x_all[lo:lo + batch], y_all[lo:lo + batch]
+        opt.zero_grad(set_to_none=True)
+        loss = loss_fn(model(x), y)
+        loss.backward()
+        opt.step()
+        if log:
+            ddplab.log(loss=loss, samples=len(x), step=step)
+    seconds = time.perf_counter() - tic
+    return {"rank": rank, "steps": steps, "loss": float(loss), "seconds": seconds,
+            "samples_per_s": steps * batch / seconds}
+
+
+def train_fsdp(steps=200, batch=64, lr=1e-3, seed=0, log=True):
+    """Train the MLP 784-512-512-10 sharded with FSDP2 (fully_shard per Linear, then the whole) over
+    every rank, Adam, each rank its own batch; a summary as train_ddp's."""
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.fsdp import fully_shard
+
+    mesh = init_device_mesh("cpu", (dist.get_world_size(),))
+    model = mlp(seed=seed)
+    for layer in model:
+        if isinstance(layer, nn.Linear):
+            fully_shard(layer, mesh=mesh)
+    fully_shard(model, mesh=mesh)
+    return _train_replicated(model, steps, batch, lr, seed, log, shard_data=True)
+
+
+def train_tp(steps=200, batch=64, lr=1e-3, seed=0, log=True, hidden=1024):
+    """Train an MLP 784-hidden-512-hidden-10 with tensor parallelism over every rank (column- then
+    row-split pairs, parallelize_module), Adam, the same batch on every rank; a summary as train_ddp's."""
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, parallelize_module
+
+    mesh = init_device_mesh("cpu", (dist.get_world_size(),))
+    torch.manual_seed(seed)
+    model = nn.Sequential(nn.Linear(784, hidden), nn.ReLU(), nn.Linear(hidden, 512), nn.ReLU(),
+                          nn.Linear(512, hidden), nn.ReLU(), nn.Linear(hidden, 10))
+    parallelize_module(model, mesh, {"0": ColwiseParallel(), "2": RowwiseParallel(),
+                                     "4": ColwiseParallel(), "6": RowwiseParallel()})
+    return _train_replicated(model, steps, batch, lr, seed, log, shard_data=False)
+
+
 def train_resumable(steps, path, every=5, resume=False, seed=0, batch=16):
     """Deterministic DDP training that saves a checkpoint every `every` steps and can resume
     from the last one: a run killed mid-way and resumed ends with the same parameters, bit
