@@ -13,7 +13,7 @@ import io
 import sys
 import time
 
-from .recorder import COMM, inside, op_code, tensor_bytes
+from .recorder import COMM, collective_bytes, inside, op_code, tensor_bytes
 
 COLLECTIVES = {
     "all_reduce", "broadcast", "all_gather", "all_gather_into_tensor", "all_gather_single", "reduce", "reduce_scatter",
@@ -69,7 +69,7 @@ def _count(probe, op, fn):
             if recorder is not None and recorder.enabled:
                 if not recorder.labelled:  # (FSDP2 imported in this cell: its labels read from now on)
                     recorder.label_units()
-                span = (op_code(op), recorder.unit(), tensor_bytes(args), calls["count"],
+                span = (op_code(op), recorder.unit(), collective_bytes(arguments.values()), calls["count"],
                         recorder.group(arguments.get("group")))
                 if not arguments.get("async_op"):
                     recorder.add(COMM, start, time.monotonic(), *span[:4], group=span[4])

@@ -92,14 +92,24 @@ def op_code(name):
     return len(OPS) - 1
 
 
-def tensor_bytes(args):
-    """Bytes of the tensor(s) a collective was called with (its first tensor argument, or list)."""
-    for value in args:
-        if hasattr(value, "element_size"):
-            return value.numel() * value.element_size()
-        if isinstance(value, (list, tuple)) and value and hasattr(value[0], "element_size"):
-            return sum(t.numel() * t.element_size() for t in value if hasattr(t, "element_size"))
+def _bytes(value):
+    if hasattr(value, "element_size"):
+        return value.numel() * value.element_size()
+    if isinstance(value, (list, tuple)) and value and hasattr(value[0], "element_size"):
+        return sum(t.numel() * t.element_size() for t in value if hasattr(t, "element_size"))
     return 0
+
+
+def tensor_bytes(args):
+    """Bytes of the first tensor (or list of tensors) among args."""
+    return next((n for n in map(_bytes, args) if n), 0)
+
+
+def collective_bytes(values):
+    """A collective's size: the largest tensor (or list of tensors) among what it was called with, i.e.
+    the whole tensor it reduces, gathers or scatters (an all-gather's output, a reduce-scatter's input:
+    nccl-tests' "size"), whatever the order of its arguments."""
+    return max(map(_bytes, values), default=0)
 
 
 class Spans:
@@ -148,6 +158,7 @@ class Recorder:
         # tensor-parallel layers: the modules being called (main thread), the last one to return, and per
         # root module the names of its modules that hold DTensor parameters; the layer whose backward runs
         self._modules, self._left, self._layers, self._names_of, self._grad_module = [], None, {}, {}, None
+        self._layer_hooks = {}  # id(layer) -> the handle of its forward hook that names its backward
 
     def new_cell(self):
         self.opt_steps = self.collectives = self._depth = self.functional = 0
@@ -286,10 +297,27 @@ class Recorder:
             DTensor = getattr(sys.modules.get("torch.distributed.tensor"), "DTensor", None)
             if DTensor is None:
                 return {}  # (no DTensor anywhere: looked up again once there is)
-            found = {id(m): name for name, m in root.named_modules()
-                     if any(isinstance(p, DTensor) for p in m.parameters(recurse=False))}
+            found = {}
+            for name, m in root.named_modules():
+                if any(isinstance(p, DTensor) for p in m.parameters(recurse=False)):
+                    found[id(m)] = name
+                    self._name_backward(m, name)
             self._names_of[id(root)] = found
         return found
+
+    def _name_backward(self, layer, name):
+        """A forward hook on `layer`, after its own (parallelize_module's output hook redistributes its
+        output): the gradient of what it returns names the layer whose backward runs from then on."""
+        old = self._layer_hooks.pop(id(layer), None)
+        if old is not None:
+            old.remove()  # (again at the end: hooks the layer got since run before it)
+        recorder = self
+
+        def named(module, args, output):
+            if recorder.enabled and getattr(output, "requires_grad", False) and threading.get_ident() == recorder._main:
+                output.register_hook(lambda grad: setattr(recorder, "_grad_module", name))
+
+        self._layer_hooks[id(layer)] = layer.register_forward_hook(named, always_call=True)
 
     def group(self, group):
         """The code of the process group a collective runs on (named to the notebook by a "group" event,
@@ -425,9 +453,6 @@ class Recorder:
                 if recorder._modules:
                     recorder._modules.pop()
                 recorder._left = module
-                name = recorder._layers.get(id(module))
-                if name is not None and getattr(output, "requires_grad", False):
-                    output.register_hook(lambda grad, name=name: setattr(recorder, "_grad_module", name))
                 if recorder._depth == 0:
                     recorder.add(FORWARD, recorder._forward_start, clock())
                     recorder._left = None
@@ -501,8 +526,9 @@ class Recorder:
             return
         self.unhook_modules()
         self.untime_models()
-        for handle in self._handles:
+        for handle in [*self._handles, *self._layer_hooks.values()]:
             handle.remove()
+        self._layer_hooks, self._names_of, self._layers = {}, {}, {}
         for owner, name, patch in self._patched:
             if getattr(owner, name) is patch:  # (not if someone patched it over ours since)
                 setattr(owner, name, patch.__wrapped__)
@@ -531,7 +557,7 @@ class Recorder:
                 if isinstance(out, waits):
                     out = out.wait()
                 recorder.functional += 1
-                recorder.add(COMM, start, clock(), op, recorder.unit(), tensor_bytes(args),
+                recorder.add(COMM, start, clock(), op, recorder.unit(), collective_bytes([*args, *kwargs.values(), out]),
                              FUNCTIONAL_SEQ + recorder.functional,
                              group=recorder.group(kwargs["group"] if "group" in kwargs else args[at] if len(args) > at else None))
                 return out
