@@ -151,7 +151,8 @@ def plan_recovery(outcome, result):
     if outcome.lost:
         return Recovery(lost=sorted(outcome.lost))
     errors = [o.error for o in result.outputs if o.error]
-    return Recovery(reform=bool(outcome.closed) or outcome.mismatch is not None or bool(outcome.undelivered)
+    return Recovery(reform=bool(outcome.closed) or outcome.mismatch is not None or bool(outcome.timed_out)
+                    or bool(outcome.undelivered)
                     or any(is_echo(e) or comm_error(e) for e in errors))
 
 

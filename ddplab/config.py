@@ -34,7 +34,8 @@ class DDPLab(SingletonConfigurable):
     # --- defaults of the pool settings (each %ddp_start option overrides its own)
     ranks = Int(0, help="Ranks of a new pool when %ddp_start gives none (0: from the cores, 2 to 4).").tag(config=True)
     timeout = Float(30.0, help="Seconds a collective (all_reduce, ...) may wait for the other ranks before "
-                               "gloo fails it; %ddp_start --timeout.").tag(config=True)
+                               "ddplab cuts it, not counting the time a rank is stopped at a breakpoint (gloo's "
+                               "own timeout is made long); %ddp_start --timeout.").tag(config=True)
     lang = Unicode(help="Dashboard, picture and message language: en or zh; %ddp_start --lang. Default: "
                         "$DDPLAB_LANG, else zh for a notebook in a folder named zh (the lessons' Chinese "
                         "editions: JupyterLab tells the kernel its notebook's path), else en.").tag(config=True)

@@ -1,13 +1,27 @@
-"""lab.debug: looking inside ranks from the notebook. A post-mortem pdb on a rank's last exception,
-one command at a time (%ddp_debug), and the models' parameters compared across ranks (%ddp_check).
-The engine side is Probe (probe.py), reached through Rank's protocol."""
+"""lab.debug: looking inside ranks from the notebook. Ranks stopped at breakpoints in a running cell,
+stepped together or a few at a time (stepping.py, %ddp_step); a post-mortem pdb on a rank's last
+exception, one command at a time (%ddp_debug); and the models' parameters compared across ranks
+(%ddp_check). The engine side is Probe (probe.py) and Breakpoints (breakpoints.py)."""
 from .errors import BadRequest, NameMissing
 from .rank import call
+from .stepping import Stepper, parse
 
 
 class Debugger:
     def __init__(self, lab):
         self.lab = lab
+        self.stepper = Stepper(lab)
+
+    def stopped(self):
+        """{rank: where} of the ranks of the running cell stopped at a breakpoint (pdb waiting)."""
+        return self.stepper.stopped()
+
+    def step(self, line, ranks=None):
+        """A pdb command to ranks stopped at a breakpoint in a background cell (or from another thread):
+        "[0,2] p grad.norm()" (ranks in brackets; none: every stopped rank), or ranks=[0, 2]. Returns
+        {rank: reply} (stepping.Stepper.send); show them with stepper.show(replies)."""
+        targets, command = parse(line)
+        return self.stepper.send(command, targets if ranks is None else list(ranks))
 
     def start(self, rank=None):
         """Open pdb on `rank`'s last exception (default: the root cause of the last failed cell);

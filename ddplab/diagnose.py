@@ -81,6 +81,12 @@ def call(where, lang="en", line=True):
     return say(lang, "{op}({inside}) at line {line}", op=where["op"], inside=inside, line=where["line"])
 
 
+def timed_out(ranks, op, seconds, lang="en"):
+    """The sentence for ranks cut after waiting longer than the pool's collective timeout."""
+    return say(lang, "{who} waited in {op} longer than the pool's collective timeout ({seconds:g} s, %ddp_start "
+               "--timeout): ddplab cut it, as gloo would have failed it", who=who(ranks, lang), op=op, seconds=seconds)
+
+
 def where_text(wheres, lang="en"):
     """One line for the ranks of a long cell: {rank: where or None} -> text ('' if nothing known)."""
     t = _t(lang)

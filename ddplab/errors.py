@@ -164,6 +164,17 @@ class CollectiveMismatch(RankFailed):
         return lines
 
 
+class CollectiveTimeout(RankFailed):
+    """Ranks waited in a collective longer than the pool's timeout (%ddp_start --timeout), not counting
+    the time a rank was stopped at a breakpoint; ddplab cut it, as gloo would have failed it."""
+
+    def __init__(self, text, failures, result=None, say=None):
+        self.text = text
+        super().__init__(failures, result, say)
+
+    _headline, _report = CollectiveMismatch._headline, CollectiveMismatch._report
+
+
 UNDELIVERED = {  # why a cell's message went missing -> (ename, evalue)
     "request": ("CellNotDelivered", "this rank did not begin the cell within DDPLab.reply_grace seconds: ipyparallel "
                                     "lost the cell on the way (its connection broke; a connection from outside the "

@@ -15,7 +15,7 @@ from .words import plural
 
 @magics_class
 class DDPInspectMagics(Magics):
-    """%ddp_knob, %ddp_timeline, %ddp_history, %ddp_fault, %ddp_debug, %ddp_check, %ddp_export."""
+    """%ddp_knob, %ddp_timeline, %ddp_history, %ddp_fault, %ddp_debug, %ddp_step, %ddp_check, %ddp_export."""
 
     pool = None  # the DDPMagics whose pool these look into (load_ipython_extension sets it)
 
@@ -146,6 +146,24 @@ class DDPInspectMagics(Magics):
         header = header.rstrip()
         _tell(lab, "pdb on rank {rank}: {header}", rank=rank, header=header)
         lab.debug.session(rank, list(map(_unquote, args.command)) if args.command else None)
+
+    @line_magic
+    def ddp_step(self, line):
+        """A pdb command to ranks stopped at a breakpoint() in a background cell (%%ddp --bg), their replies
+        side by side; without a command, where every rank is. Ranks in brackets, else every stopped rank:
+
+            %ddp_step                      # who is stopped where, who waits for them
+            %ddp_step p grad.norm()        # every stopped rank
+            %ddp_step [0,2] next           # ranks 0 and 2 only
+            %ddp_step c                    # continue: the cell runs on (%ddp_wait for its result)
+
+        (A foreground %%ddp cell asks for these commands itself, in the input box.)"""
+        lab = self._lab()
+        stepper = lab.debug.stepper
+        if not line.strip():
+            print(stepper.status() or "")
+            return
+        print(stepper.show(_usage(lab.debug.step, line)))
 
     @magic_arguments()
     @argument("names", nargs="*", help="nn.Module variables to compare (default: every one on the ranks)")

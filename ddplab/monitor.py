@@ -36,6 +36,8 @@ class Hooks:
     close_group: Callable  # (ranks): close the process group on these idle ranks
     draw: Callable  # () -> False if the view failed (it is then left alone for the cell)
     cut: Callable = None  # (ranks): break these running ranks' links, so collectives that cannot finish fail
+    step: Callable = None  # (monitor): ranks wait at a breakpoint: ask the user for one debugger command
+    collective_timeout: float = None  # seconds a collective may wait before it is cut (%ddp_start --timeout)
 
 
 class Replies:
@@ -105,6 +107,7 @@ class Outcome:
     failed_at: dict = field(default_factory=dict)  # rank -> when it was seen failed or lost
     mismatch: object = None  # diagnose.Mismatch: collectives that could never finish, cut
     waited: str = ""  # where the ranks were, the last time some of them waited in a collective
+    timed_out: str = ""  # ranks waited in a collective longer than the pool's timeout: cut (the sentence)
     undelivered: dict = field(default_factory=dict)  # rank -> why: the cell or its result was lost on the way
 
 
@@ -133,6 +136,8 @@ class Monitor:
         self.interrupted_at = None  # (when SIGINT went out: trouble, for fail_fast)
         self.view_ok = True
         self.looked_at = 0.0
+        self.timed_out = ""
+        self.last_stopped = self.started  # when a rank was last seen stopped at a breakpoint (or the cell began)
 
     # ------------------------------------------------------------------ telemetry and drawing
     def poll(self):
@@ -181,6 +186,9 @@ class Monitor:
         if self.telemetry is not None and unfinished:
             self._look_for_lost_messages(unfinished, now)
         running = self.running()
+        stopped = self.stopped(running)
+        if stopped:  # a person is stepping: nobody waiting for them is stuck, nor late
+            self.last_stopped = now
         escalation = self.escalation
         escalation.progress(len(running), now)
         trouble = min([*self.failed_at.values(), self.interrupted_at or float("inf")])
@@ -191,11 +199,12 @@ class Monitor:
                 self.hooks.close_group(idle)
                 self.closed.update(idle)
                 escalation.wait_again(time.monotonic())  # the peers may now fail by themselves
-        if running and self.hooks.cut is not None:
+        if running and self.hooks.cut is not None and not stopped:
             self._look_for_mismatch(running, now)
+            self._look_for_timeout(running, now)
         if not running:
             return True
-        action = escalation.due(now, any_stuck=any(self._stuck(r) for r in running))
+        action = escalation.due(now, any_stuck=any(self._stuck(r) for r in running if r not in stopped))
         if action == "interrupt":
             self.interrupt()
         elif action == "cut":  # stuck where SIGINT cannot reach (C++ collectives): their collectives
@@ -237,6 +246,29 @@ class Monitor:
         running = self.running()
         if found and running and self.hooks.cut is not None:
             self.hooks.cut(running)  # they may wait for it in a collective: fail them now, not at gloo's timeout
+
+    def stopped(self, running=None):
+        """The running ranks stopped at a breakpoint, pdb waiting for a command."""
+        rs = self.live.run_state
+        return [r for r in (self.running() if running is None else running) if rs.ranks[r].stopped is not None]
+
+    def _look_for_timeout(self, running, now):
+        """A collective that waited longer than the pool's timeout (not counting the time a rank was stopped
+        at a breakpoint): cut, as gloo's own timeout would have failed it (ddplab forms the group with a
+        long one, so that stepping in a debugger is never cut short)."""
+        limit = self.hooks.collective_timeout
+        if self.timed_out or limit is None:
+            return
+        rs = self.live.run_state
+        late = {r: rs.ranks[r].where for r in running
+                if (rs.ranks[r].where or {}).get("op") and min(rs.ranks[r].where.get("since") or 0.0,
+                                                              now - self.last_stopped) >= limit}
+        if late:
+            op = next(iter(late.values()))["op"]
+            self.timed_out = diagnose.timed_out(sorted(late), op, limit, self.lang)
+            log.info("collective timeout, cutting ranks %s: %s", running, self.timed_out)
+            self.hooks.cut(running)
+            self.escalation.did("cut", now)
 
     def _stuck(self, rank):
         """Whether a rank that runs on after SIGINT may be stuck where SIGINT cannot reach: in a
@@ -281,6 +313,8 @@ class Monitor:
             self.poll()
             if self.check():
                 return True
+            if self.hooks.step is not None and self.stopped():
+                self.hooks.step(self)  # (asks the user: nothing is cut or timed out meanwhile)
             if deadline is not None and time.perf_counter() >= deadline:
                 return False
 
@@ -324,4 +358,4 @@ class Monitor:
                          list(self.replies.field(r, "outputs") or []), self.replies.reply(r))
                 for r in self.ranks]
         return Outcome(list(self.ranks), seen, dict(self.lost), set(self.killed), set(self.closed),
-                       dict(self.failed_at), self.mismatch, self.waited, dict(self.undelivered))
+                       dict(self.failed_at), self.mismatch, self.waited, self.timed_out, dict(self.undelivered))

@@ -26,11 +26,15 @@ from array import array
 from bisect import bisect_left
 
 from . import upstream, wire
+from .breakpoints import Breakpoints
 from .probe import Probe
 from .recorder import Recorder, memory
 
 NAN = math.nan
 MEMORY_EVERY = 2.0  # seconds between the memory figures a rank sends in a long cell (a namespace scan: ~1 ms)
+SET_TIMEOUT = "torch.distributed.distributed_c10d:_set_pg_timeout"
+GLOO_PATIENCE = 24 * 3600  # seconds gloo lets a collective wait: the notebook cuts it at the pool's timeout first
+PAUSED_TICK = 0.02  # seconds between looks for the notebook's commands while pdb waits for one
 SWEEP_EVERY = 1.0  # seconds between looks for another account's connections to gloo's listeners (~0.5 ms each)
 WHERE_AFTER = 0.5  # seconds into a cell before the telemetry thread says where the rank is (engine side: not a
 # DDPLab setting, which lives in the notebook; half a second keeps quick cells silent)
@@ -168,8 +172,8 @@ class Sender:
         from .guard import GUARD
 
         swept, failing = time.monotonic(), 0
-        while True:
-            time.sleep(self.flush_every)
+        while True:  # (while pdb waits for the notebook's commands, they are read at once)
+            time.sleep(PAUSED_TICK if self.rank.breakpoints.paused else self.flush_every)
             try:
                 self._commands()
                 self.flush(beat=True)
@@ -212,6 +216,8 @@ class Sender:
                 rank.knobs[command["name"]] = command.get("value")
             elif command.get("cmd") == "timeline":
                 rank.recorder.enabled = bool(command.get("on"))
+            elif command.get("cmd") == "debug" and isinstance(command.get("line"), str):
+                rank.breakpoints.command(command["line"], command["seq"])  # (its number: the reply's id)
         if acked is not None:  # the notebook waits for it (Telemetry.confirm): said at once, not at the next tick
             with rank.lock:
                 rank.events.append((rank.cell, time.perf_counter() - rank.cell_t0, "ack", str(acked)))
@@ -274,6 +280,7 @@ class Rank:
         self.fault, self._last_log = None, None  # a fault drill set by %ddp_fault: {"kind", "at_step", "factor"}
         self.lock = threading.Lock()  # the columns and events, between the cell's thread and the sender's
         self.sender = Sender(self)
+        self.breakpoints = Breakpoints(self)  # breakpoint() in a cell: pdb driven from the notebook
 
     # ------------------------------------------------------------------ rank code's ddplab.*
     def knob(self, name, default=None):
@@ -388,6 +395,7 @@ class Rank:
 
     def end_cell(self, *_):
         self.in_cell = False
+        self.breakpoints.end_cell()
         self.recorder.settle()  # the spans of bucket all-reduces done since the last backward
         self.sender.flush(final=True)  # so the notebook sees every point of the cell as soon as it ends
 
@@ -440,8 +448,12 @@ class Rank:
         seen, listening = {a: list(c) for a, c in GUARD.refused.items()}, _listening_ports()
         init = getattr(dist.init_process_group, "__wrapped__", dist.init_process_group)
         init("gloo", store=store, rank=rank, world_size=world_size, timeout=wait)
+        patience = upstream.get(SET_TIMEOUT)  # the notebook times collectives out (monitor.py), never while a
+        if patience is not None:              # rank is stopped at a breakpoint: gloo's own timeout made long
+            patience(datetime.timedelta(seconds=max(timeout, GLOO_PATIENCE)))
         self.rank, self.world_size, self.formed = rank, world_size, True
         self.probe.patch(lambda: self.formed)
+        self.breakpoints.install()
         self.recorder.enabled = timeline
         self.recorder.follow()
         if telemetry:
@@ -605,6 +617,7 @@ def _private_compile_cache(wanted):
 
 RANK = Rank()  # this process's rank (one per engine)
 log, phase, knob, history, mesh = RANK.log, RANK.phase, RANK.knob, RANK.history, RANK.mesh  # rank code's ddplab.log(...), ...
+breakpoint = RANK.breakpoints.hook  # ddplab.breakpoint(ranks=[0, 2]): stop those ranks only
 
 
 def call(method, *args, **kwargs):

@@ -12,7 +12,15 @@ import time
 
 from . import cell
 from .config import tunables
-from .errors import BadRequest, CellTimeout, CollectiveMismatch, DDPLabError, ExpectedFailureMissing, RankFailed
+from .errors import (
+    BadRequest,
+    CellTimeout,
+    CollectiveMismatch,
+    CollectiveTimeout,
+    DDPLabError,
+    ExpectedFailureMissing,
+    RankFailed,
+)
 from .monitor import Hooks
 from .timeline import CellSpans
 from .words import ranks_text, say
@@ -74,7 +82,7 @@ class Runner:
             raise BadRequest("no cell runs in the background: %%ddp --background starts one")
         return background.result(timeout)
 
-    def execute(self, code, ranks, timeout):
+    def execute(self, code, ranks, timeout, background=False):
         """Run one cell on `ranks` until every rank is done or gone, then recover; its RunResult."""
         lab = self.lab
         live, rs = lab.live, lab.run_state
@@ -82,10 +90,11 @@ class Runner:
         rs.begin_cell(ranks, time.monotonic())
         lab.show("begin")
         tic = time.perf_counter()
-        live.hints, live.calls, live.begun = {}, {}, set()
+        live.hints, live.calls, live.begun, live.stops = {}, {}, set(), {}
+        lab.debug.stepper.told = False
         live.spans = live.timelines[rs.cell] = CellSpans(rs.cell, ranks, time.monotonic(), lab.group.clock_offsets,
                                                          live.units, live.groups)
-        outcome, stopped_by = cell.execute(lab.view_on(ranks), code, ranks, live, lab.telemetry, self.hooks(),
+        outcome, stopped_by = cell.execute(lab.view_on(ranks), code, ranks, live, lab.telemetry, self.hooks(background),
                                            timeout, lab.config.lang)
         live.spans.finish()
         result = cell.collect(outcome, rs, lab.info, time.perf_counter() - tic)
@@ -108,6 +117,8 @@ class Runner:
                               + "".join(f"; {line}" for line in result.recovery))
         if outcome.mismatch is not None:
             raise CollectiveMismatch(outcome.mismatch.text, result.failed, result, self.say)
+        if outcome.timed_out:
+            raise CollectiveTimeout(outcome.timed_out, result.failed, result, self.say)
         if result.failed:
             raise RankFailed(result.failed, result, self.say)
         lab.export.record(rs.cell, code, None if ranks == list(range(lab.world_size)) else ranks)
@@ -117,10 +128,12 @@ class Runner:
         """`text` in the pool's language (words.say)."""
         return say(self.lab.config.lang, text, **values)
 
-    def hooks(self):
+    def hooks(self, background=False):
         lab = self.lab
         return Hooks(lost=self.lost, kill=lab.pool.kill, interrupt=lab.pool.interrupt,
-                     close_group=lab.group.close, draw=lambda: lab.show("update"), cut=self.cut)
+                     close_group=lab.group.close, draw=lambda: lab.show("update"), cut=self.cut,
+                     step=None if background else lab.debug.stepper.prompt,  # (a background cell: %ddp_step)
+                     collective_timeout=lab.config.timeout)
 
     def lost(self, ranks):
         """The ranks of a running cell whose engines are gone; all of them once the pool is stopped under
@@ -193,7 +206,7 @@ class Background:
     def _watch(self, code, ranks, timeout):
         lab = self.runner.lab
         try:
-            self._result = self.runner.execute(code, ranks, timeout)
+            self._result = self.runner.execute(code, ranks, timeout, background=True)
         except BaseException as exc:  # noqa: BLE001 - given to whoever waits
             self._error = exc
         finally:

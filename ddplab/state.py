@@ -67,12 +67,14 @@ class RankStates:
 class RankStatus:
     """What the notebook knows of one rank right now."""
 
-    __slots__ = ("rank", "step", "loss", "rate", "heard", "phase", "output", "error", "points", "fault", "where")
+    __slots__ = ("rank", "step", "loss", "rate", "heard", "phase", "output", "error", "points", "fault", "where",
+                 "stopped")
 
     def __init__(self, rank):
         self.rank = rank
         self.step = self.loss = self.rate = self.heard = self.phase = self.error = self.fault = None
         self.where = None  # while a long cell runs: its line, and the collective it waits in (probe.py)
+        self.stopped = None  # stopped at a breakpoint: where (file, line, function, code), pdb waiting
         self.output = ""
         self.points = 0  # points received in the current cell
 
@@ -129,7 +131,7 @@ class RunState:
         self.message = ""
         for r in ranks:
             s = self.ranks[r]
-            s.step = s.loss = s.rate = s.phase = s.error = s.where = None
+            s.step = s.loss = s.rate = s.phase = s.error = s.where = s.stopped = None
             s.output, s.points = "", 0
             if self.states[r] in (RUNNING, TRAINING):  # a cell that ended without its results (interrupted)
                 self.states.set(r, READY)
@@ -168,6 +170,16 @@ class RunState:
         if self.ranks[rank].where != where:
             self.ranks[rank].where = where
             self.touch()
+
+    @_locked
+    def set_stopped(self, rank, where):
+        """`rank` stopped at a breakpoint (where: file, line, function, code), or runs on (None)."""
+        if self.ranks[rank].stopped != where:
+            self.ranks[rank].stopped = where
+            self.touch()
+
+    def stopped_ranks(self):
+        return [s.rank for s in self.ranks if s.stopped is not None]
 
     @_locked
     def set_phase(self, rank, phase):

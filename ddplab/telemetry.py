@@ -5,6 +5,7 @@ Ranks (rank.py) buffer points from ddplab.log() and send a batch a few times a s
 ROUTER socket that the notebook binds; nothing is sent per step. A batch is data (wire.py), never
 code: nothing received here is unpickled, and what is not signed with the pool's key is dropped.
 """
+import json
 import logging
 import os
 import threading
@@ -38,6 +39,7 @@ class Live:
     refused: dict = field(default_factory=dict)  # account -> [gloo connections refused, of them pairs taken]
     units: dict = field(default_factory=dict)  # rank -> {its index of a module served: the module's name}
     groups: dict = field(default_factory=dict)  # rank -> {its index of a process group: (label, ranks)}
+    stops: dict = field(default_factory=dict)  # rank -> (id, what pdb said) of each debugger stop or resume, in order
 
     @classmethod
     def new(cls, world_size):
@@ -238,6 +240,19 @@ def _peer(frame):
         return ""
 
 
+def _stop(kind, value):
+    """A debugger's event as a dict (kind, id, out, and where it stopped), or None if it is not one."""
+    try:
+        stop = json.loads(value) if isinstance(value, str) else None
+    except ValueError:
+        return None
+    if not (isinstance(stop, dict) and isinstance(stop.get("id"), int) and isinstance(stop.get("out"), str)):
+        return None
+    if kind == "paused" and not (isinstance(stop.get("line"), int) and isinstance(stop.get("code"), list)):
+        return None
+    return {**stop, "kind": kind}
+
+
 def merge(live, batch, now):
     """Fold one batch from a rank into `live`; True if it was the rank's last of the cell."""
     rs = live.run_state
@@ -273,6 +288,11 @@ def merge(live, batch, now):
             members = ranks.split(",") if ranks else []
             if index.isdigit() and all(m.isdigit() for m in members):
                 live.groups.setdefault(rank, {})[int(index)] = (label, tuple(map(int, members)))
+        elif kind in ("paused", "resumed"):  # a breakpoint's debugger waits, or the program runs on (breakpoints.py)
+            stop = _stop(kind, value)
+            if stop is not None:
+                live.stops.setdefault(rank, []).append(stop)
+                rs.set_stopped(rank, stop if kind == "paused" else None)
         elif kind == "refused" and value and value.count("|") >= 2:
             account, n, taken = value.rsplit("|", 2)
             if n.isdigit() and taken.isdigit():

@@ -203,6 +203,8 @@ ZH = {
         "rank",
     "collective mismatch: {calls}. Every rank of a group must call the same collectives, in the same order, with tensors of the same shape and dtype":
         "集合通信不匹配：{calls}。同一进程组里的每个 rank 必须以相同的顺序调用相同的集合通信，张量的形状和数据类型也必须相同",
+    "{who} waited in {op} longer than the pool's collective timeout ({seconds:g} s, %ddp_start --timeout): ddplab cut it, as gloo would have failed it":
+        "{who} 在 {op} 中等待的时间超过了进程池的集合通信超时（{seconds:g} 秒，%ddp_start --timeout）：ddplab 把它切断了，正如 gloo 本来会让它失败一样",
     "{who} called {call}":
         "{who} 调用了{call}",
     "{who} {wait} in {call} for {peers}, which finished the cell without calling it":
@@ -348,4 +350,37 @@ ZH = {
     "timeline|buckets": "DDP 桶",
     "milliseconds per step": "每步的毫秒数",
     "memory per rank (MiB)": "每个 rank 的内存（MiB）",
+    # --- stepping.py: ranks stopped at breakpoints
+    '(ddp pdb) [ranks] command: ':
+        '(ddp pdb) [rank] 命令：',
+    '(left the debugger: the cell ends on this rank)':
+        '（已离开调试器：这个单元格在该 rank 上结束）',
+    '(no reply yet: the rank is still carrying the command out)':
+        '（还没有回复：这个 rank 仍在执行该命令）',
+    '(running)':
+        '（运行中）',
+    ', for {ranks}, stopped at a breakpoint':
+        '，等待停在断点处的 rank {ranks}',
+    ', in {function}':
+        '，在 {function} 中',
+    'cell line {line}':
+        '单元格第 {line} 行',
+    'line {line} of {file}, in {function}':
+        '{file} 第 {line} 行，在 {function} 中',
+    'no rank is stopped at a breakpoint':
+        '没有 rank 停在断点处',
+    'rank {rank}: running':
+        'rank {rank}：运行中',
+    'rank {rank}: running (line {line})':
+        'rank {rank}：运行中（第 {line} 行）',
+    'rank {rank}: stopped at a breakpoint, {place}':
+        'rank {rank}：停在断点处，{place}',
+    'rank {rank}: waiting in {op} ({seconds:.0f} s)':
+        'rank {rank}：在 {op} 中等待（{seconds:.0f} 秒）',
+    'rank {rank}: {state}':
+        'rank {rank}：{state}',
+    'ranks {ranks} are not stopped at a breakpoint (stopped: {stopped})':
+        'rank {ranks} 没有停在断点处（停住的是：{stopped}）',
+    'this front end has no input box: the stopped ranks continue (run the cell with %%ddp --bg and step it with %ddp_step)':
+        '这个前端没有输入框：停住的 rank 继续运行（用 %%ddp --bg 运行这个单元格，再用 %ddp_step 单步调试）',
 }
