@@ -19,6 +19,8 @@ POINT_TO_POINT = {"send", "recv", "isend", "irecv"}  # a send and a recv are a p
 TEXTS = {  # what diagnosis says, in English (zh.py: in Chinese)
     'line': 'line {line}',
     'waiting': 'waiting {s:.0f} s',
+    'stopped': 'stopped at a breakpoint (line {line})',
+    'for_stopped': 'for {who}, stopped at a breakpoint',
     'running': 'running',
     'rank': 'one|rank',
     'ranks': 'many|ranks',
@@ -87,16 +89,23 @@ def timed_out(ranks, op, seconds, lang="en"):
                "--timeout): ddplab cut it, as gloo would have failed it", who=who(ranks, lang), op=op, seconds=seconds)
 
 
-def where_text(wheres, lang="en"):
-    """One line for the ranks of a long cell: {rank: where or None} -> text ('' if nothing known)."""
+def where_text(wheres, lang="en", stopped=None):
+    """One line for the ranks of a long cell: {rank: where or None} -> text ('' if nothing known).
+    stopped: {rank: where it stopped} of ranks stopped at a breakpoint (the others' waits are for them)."""
     t = _t(lang)
+    stopped = stopped or {}
     groups = {}
     for r, w in sorted(wheres.items()):
+        if r in stopped:
+            groups.setdefault(t["stopped"].format(line=stopped[r].get("line")), []).append(r)
+            continue
         if not w:
             continue
         if w.get("op"):
             group = "" if w.get("group") in (None, "default") else f" [{w['group']}]"
             key = f"{w['op']}{group} ({t['line'].format(line=w['line'])}), {t['waiting'].format(s=w.get('since') or 0)}"
+            if stopped:
+                key += ", " + t["for_stopped"].format(who=who(sorted(stopped), lang))
         else:
             key = t["line"].format(line=w["line"]) if w.get("line") else t["running"]
         groups.setdefault(key, []).append(r)

@@ -193,6 +193,10 @@ ZH = {
     # --- diagnose.py
     "line {line}":
         "第 {line} 行",
+    "stopped at a breakpoint (line {line})":
+        "停在断点处（第 {line} 行）",
+    "for {who}, stopped at a breakpoint":
+        "等待停在断点处的 {who}",
     "waiting {s:.0f} s":
         "已等待 {s:.0f} 秒",
     "running":

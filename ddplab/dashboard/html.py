@@ -211,7 +211,8 @@ def where_line(run_state, lang="en"):
 
     if run_state.cell_ended is not None:
         return ""
-    text = where_text({r: run_state.ranks[r].where for r in run_state.running}, lang)
+    stopped = {r: run_state.ranks[r].stopped for r in run_state.stopped_ranks()}  # (at a breakpoint)
+    text = where_text({r: run_state.ranks[r].where for r in run_state.running}, lang, stopped)
     return f'<div class="ddplab-where">{escape(text)}</div>' if text else ""
 
 

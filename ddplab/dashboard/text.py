@@ -145,7 +145,7 @@ class TextView(View):
                 self.told[r] = st.LOST
                 self._print(f"[rank {r}] lost: {rs.ranks[r].error or ''}".rstrip())
         now = time.monotonic()
-        stuck = any(rs.ranks[r].where for r in rs.running)
+        stuck = any(rs.ranks[r].where or rs.ranks[r].stopped for r in rs.running)
         if now - self.last >= self.every and (stuck or any(rs.ranks[r].points for r in rs.running)):
             self.last = now
             self._lines(live, now)
@@ -161,9 +161,10 @@ class TextView(View):
         from ..diagnose import where_text
 
         wheres = {r: rs.ranks[r].where for r in rs.running}
-        waiting = any((w or {}).get("since") and w["since"] >= 2 for w in wheres.values())
+        waiting = any((w or {}).get("since") and w["since"] >= 2 for w in wheres.values()) or rs.stopped_ranks()
         if rs.cell_ended is None and (waiting or not any(rs.ranks[r].points for r in rs.running)):
-            where = where_text(wheres, self.lang)  # only when it helps: a rank waits, or nothing is logged
+            stopped = {r: rs.ranks[r].stopped for r in rs.stopped_ranks()}
+            where = where_text(wheres, self.lang, stopped)  # only when it helps: a rank waits, or nothing is logged
             if where:
                 self._print(f"[where]  {where}")
         total = [x for x in live.metrics.current if x is not None]

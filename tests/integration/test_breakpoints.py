@@ -1,0 +1,133 @@
+"""breakpoint() in %%ddp cells on the session's pool: every rank stops, commands go to all stopped ranks
+or to a set and their replies come back rank by rank; ranks step and continue; a rank held at a
+breakpoint is never cut, killed or timed out while the others wait for it in an all_reduce (though a
+rank that is merely slow is, at the pool's timeout); a foreground cell asks for its commands; q and
+Ctrl-C leave the debugger and end the cell; the pool works after each."""
+import dataclasses
+import time
+
+import pytest
+
+from ddplab.errors import CollectiveTimeout, RankFailed
+
+pytestmark = [pytest.mark.pool, pytest.mark.xdist_group("shared-pool")]
+
+CELL = "x = torch.ones(3) * rank\nbreakpoint()\ny = x + 1\ndist.all_reduce(y)\nz = y.sum().item()\n"
+
+
+def stopped(lab, ranks, within=20.0):
+    """Wait until exactly `ranks` are stopped at a breakpoint; their places."""
+    deadline = time.monotonic() + within
+    while time.monotonic() < deadline:
+        found = lab.debug.stopped()
+        if sorted(found) == sorted(ranks):
+            return found
+        time.sleep(0.05)
+    raise AssertionError(f"stopped: {sorted(lab.debug.stopped())}, expected {sorted(ranks)}")
+
+
+def usable(lab):
+    assert not lab.run("dist.all_reduce(t := torch.ones(1))\nok = t.item()").failed
+    assert lab.gather("ok") == [4.0] * 4
+
+
+def test_every_rank_stops_and_takes_commands_to_all_and_to_a_set(pool):
+    bg = pool.run(CELL, background=True)
+    places = stopped(pool, [0, 1, 2, 3])
+    assert {w["line"] for w in places.values()} == {3} and all(w["cell"] for w in places.values())
+    assert ["->", 3, "y = x + 1"] in [["->" if n == 3 else "", n, text] for n, text in places[0]["code"]]
+
+    replies = pool.debug.step("p x")  # to every stopped rank: each answers with its own value
+    assert {r: reply["out"].strip() for r, reply in replies.items()} == {r: f"tensor([{r}., {r}., {r}.])" for r in range(4)}
+    assert all(reply["kind"] == "paused" for reply in replies.values())
+    shown = pool.debug.stepper.show(replies)
+    assert "rank 0" in shown and "rank 3" in shown and shown.index("tensor([0.") < shown.index("tensor([3.")
+
+    replies = pool.debug.step("[0,2] next")  # a set: ranks 0 and 2 move to line 4, 1 and 3 stay
+    assert sorted(replies) == [0, 2] and all("-> dist.all_reduce(y)" in r["out"] for r in replies.values())
+    assert {r: w["line"] for r, w in pool.debug.stopped().items()} == {0: 4, 1: 3, 2: 4, 3: 3}
+    assert pool.debug.step("[0,2] p y")[2]["out"].strip() == "tensor([3., 3., 3.])"
+
+    replies = pool.debug.step("[0,2] next")  # into the all-reduce: they wait there for ranks 1 and 3
+    assert all(reply["kind"] == "resumed" for reply in replies.values()), replies
+    time.sleep(1.5)
+    status = pool.debug.stepper.status()
+    assert "rank 0: waiting in all_reduce" in status and "for 1, 3, stopped at a breakpoint" in status, status
+    assert sorted(pool.debug.stopped()) == [1, 3]
+
+    pool.debug.step("[1,3] continue")  # they reach the all-reduce; 0 and 2 stop at the next line
+    places = stopped(pool, [0, 2])
+    assert {w["line"] for w in places.values()} == {5}
+    pool.debug.step("c")
+    bg.result(30)
+    assert pool.gather("z") == [30.0] * 4  # (1 + 2 + 3 + 4) * 3
+    with pytest.raises(Exception, match="not stopped at a breakpoint|no rank is stopped"):
+        pool.debug.step("p x")
+    usable(pool)
+
+
+def test_a_rank_held_at_a_breakpoint_is_never_timed_out_though_a_slow_one_is(pool):
+    """With a 1.5 s collective timeout: rank 1 held at a breakpoint for 4 s (more than twice that) while
+    the others wait for it in an all_reduce: nothing is cut, killed or timed out; continued, the cell
+    ends well. Rank 1 merely slow (a sleep): the others are cut at the timeout."""
+    saved = pool.config
+    pool.config = dataclasses.replace(saved, timeout=1.5)
+    try:
+        bg = pool.run("if rank == 1:\n    breakpoint()\nt = torch.ones(1)\ndist.all_reduce(t)\nsum_ = t.item()",
+                      background=True)
+        stopped(pool, [1])
+        time.sleep(4.0)
+        assert not bg.done() and list(pool.run_state.states) == ["running"] * 4, list(pool.run_state.states)
+        status = pool.debug.stepper.status()
+        assert status.count("waiting in all_reduce") == 3 and "for 1, stopped at a breakpoint" in status, status
+        pool.debug.step("c")
+        result = bg.result(30)
+        assert not result.failed and pool.gather("sum_") == [4.0] * 4
+
+        with pytest.raises(CollectiveTimeout, match="longer than the pool's collective timeout"):
+            pool.run("import time\nif rank == 1:\n    time.sleep(6)\nt = torch.ones(1)\ndist.all_reduce(t)", timeout=60)
+    finally:
+        pool.config = saved
+    usable(pool)
+
+
+def test_a_foreground_cell_asks_for_its_commands(pool):
+    stepper = pool.debug.stepper
+    asked, said = ["p rank * 10", "[0] next", "", "c"], []
+    saved = stepper.ask, stepper.say
+    stepper.ask, stepper.say = (lambda prompt: asked.pop(0)), said.append
+    try:
+        result = pool.run("v = rank\nbreakpoint()\nw = v + 1\n")
+    finally:
+        stepper.ask, stepper.say = saved
+    assert not result.failed and pool.gather("w") == [1, 2, 3, 4] and asked == []
+    text = "\n".join(said)
+    assert "rank 3: stopped at a breakpoint, cell line 3" in text
+    assert all(f"{10 * r}" in text for r in range(4)) and "->    3 w = v + 1" in text
+    usable(pool)
+
+
+def test_q_and_ctrl_c_leave_the_debugger_and_end_the_cell(pool, ctrl_c):
+    bg = pool.run("breakpoint()\nleft = False", background=True)
+    stopped(pool, [0, 1, 2, 3])
+    replies = pool.debug.step("q")
+    assert all(reply["kind"] == "resumed" and reply["quit"] for reply in replies.values()), replies
+    with pytest.raises(RankFailed, match="BdbQuit"):
+        bg.result(30)
+    usable(pool)
+
+    stepper = pool.debug.stepper
+    saved = stepper.ask
+
+    def wait_for_ctrl_c(prompt):
+        time.sleep(30)  # Ctrl-C comes first
+        return "c"
+
+    stepper.ask = wait_for_ctrl_c
+    ctrl_c(2.0).start()
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            pool.run("import time\nbreakpoint()\ntime.sleep(0.1)")
+    finally:
+        stepper.ask = saved
+    usable(pool)
