@@ -362,3 +362,33 @@ def test_a_slider_changes_a_training_running_in_the_background(jupyterlab, brows
         " return t.length >= 4; }", timeout=30_000)
     page.click(".lm-MenuBar-itemLabel:text-is('Kernel')")
     page.click(".lm-Menu-item[data-command='kernelmenu:shutdown']")
+
+
+BREAKPOINT_NOTEBOOK = code_cells(
+    "%load_ext ddplab\n%ddp_start 2",
+    "%%ddp\nx = 7 * (rank + 1)\nbreakpoint()\ny = x + 1",
+    "%ddp_stop")
+
+
+def test_a_breakpoint_asks_for_commands_in_the_input_box(front_end, browser):
+    """breakpoint() in a %%ddp cell stops both ranks; the front end's input box takes pdb commands for
+    them, and their replies come back side by side; `c` lets the cell end."""
+    name, (url, token, root) = front_end
+    (root / "breakpoint.ipynb").write_text(BREAKPOINT_NOTEBOOK)
+    page = run_all(browser, url, token, "breakpoint.ipynb", height=900, front_end=name)
+
+    def answer(text):
+        box = page.locator(".jp-Stdin-input").last
+        box.wait_for(timeout=120_000)
+        box.fill(text)
+        box.press("Enter")
+
+    answer("p x")
+    page.wait_for_function("() => /rank 0[^\\n]*│ rank 1/.test(document.body.innerText) && "
+                           "/\\n7\\s+│ 14\\n/.test(document.body.innerText)", timeout=30_000)
+    assert "rank 1: stopped at a breakpoint, cell line 3" in page.inner_text("body")
+    page.screenshot(path=str(ARTIFACTS / f"breakpoint{FRONT_ENDS[name]['suffix']}.png"), full_page=True)
+    answer("c")
+    page.wait_for_function("() => document.body.innerText.includes('stopped 2 ranks')", timeout=60_000)
+    page.click(".lm-MenuBar-itemLabel:text-is('Kernel')")
+    page.click(".lm-Menu-item[data-command='kernelmenu:shutdown']")
