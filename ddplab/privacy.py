@@ -291,7 +291,12 @@ def kernel_channel():
         return None
     if not IPKernelApp.initialized():
         return None
-    app = IPKernelApp.instance()
+    from traitlets.config import MultipleInstanceError
+
+    try:
+        app = IPKernelApp.instance()
+    except MultipleInstanceError:  # the one application is terminal IPython's (initialized() sees any): no kernel
+        return None
     encrypted = bool(getattr(app, "curve_secretkey", None))
     return {"private": encrypted or app.transport == "ipc", "transport": app.transport, "encrypted": encrypted,
             "ip": app.ip}
