@@ -18,6 +18,7 @@ import logging
 import os
 import pdb
 import queue
+import re
 import sys
 import threading
 import time
@@ -25,6 +26,7 @@ import time
 from .probe import is_cell
 
 log = logging.getLogger("ddplab")
+ANSI = re.compile(r"\x1b\[[0-9;]*m")  # (colours py-spy may print all the same)
 OUT_LIMIT = 16_000  # characters of one reply sent (a huge printout is cut, and says so)
 CONTEXT = 2  # lines of code shown around the stopped line
 
@@ -181,3 +183,35 @@ class Breakpoints:
         if self.debugger is not None:
             self.debugger = None
             sys.settrace(None)
+
+
+def py_spy():
+    """The py-spy beside this Python (a runtime dependency of ddplab), or on PATH; None if neither."""
+    import shutil
+
+    here = os.path.join(os.path.dirname(sys.executable), "py-spy")
+    return here if os.access(here, os.X_OK) else shutil.which("py-spy")
+
+
+def own_stack(native=False, timeout=20.0):
+    """This process's stacks as `py-spy dump` prints them (every thread; C/C++ frames too if native), or a
+    line saying why not. py-spy runs as this process's child: where Yama allows ptrace to ancestors only
+    (Ubuntu), this process names itself its ptracer first (PR_SET_PTRACER: itself and its descendants)."""
+    import ctypes
+    import subprocess
+
+    spy = py_spy()
+    if spy is None:
+        return "py-spy is not installed beside this Python (pip install py-spy)"
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(0x59616D61, os.getpid(), 0, 0, 0)  # PR_SET_PTRACER (EINVAL: no Yama)
+    except (OSError, AttributeError):
+        log.debug("PR_SET_PTRACER failed", exc_info=True)
+    try:
+        done = subprocess.run([spy, "dump", "--pid", str(os.getpid()), *(["--native"] if native else [])],
+                              capture_output=True, text=True, timeout=timeout,
+                              env={**os.environ, "NO_COLOR": "1", "CLICOLOR": "0", "CLICOLOR_FORCE": "0"})
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return f"py-spy failed: {exc}"
+    text = ANSI.sub("", done.stdout if done.returncode == 0 else f"py-spy failed: {(done.stderr or done.stdout).strip()}")
+    return text

@@ -2,9 +2,13 @@
 stepped together or a few at a time (stepping.py, %ddp_step); a post-mortem pdb on a rank's last
 exception, one command at a time (%ddp_debug); and the models' parameters compared across ranks
 (%ddp_check). The engine side is Probe (probe.py) and Breakpoints (breakpoints.py)."""
+import time
+
 from .errors import BadRequest, NameMissing
 from .rank import call
 from .stepping import Stepper, parse
+from .telemetry import stack_of
+from .words import say
 
 
 class Debugger:
@@ -22,6 +26,34 @@ class Debugger:
         {rank: reply} (stepping.Stepper.send); show them with stepper.show(replies)."""
         targets, command = parse(line)
         return self.stepper.send(command, targets if ranks is None else list(ranks))
+
+    def stacks(self, ranks=None, native=False, timeout=30.0):
+        """Every rank's stacks as `py-spy dump` prints them, each rank dumping itself (native: C and C++
+        frames too, e.g. where gloo waits): {rank: text}. Works while a cell runs in the background (a
+        rank stuck in a collective) and between cells; a foreground cell is Ctrl-C's to stop."""
+        lab = self.lab
+        lab.check_running()
+        every = list(range(lab.world_size))
+        if ranks is not None and (not ranks or any(isinstance(r, bool) or r not in every for r in ranks)):
+            raise BadRequest(f"ranks must be among 0..{lab.world_size - 1}, got {list(ranks)}")
+        ranks = every if ranks is None else sorted(set(ranks))
+        if lab.runner.busy:  # (the cell's monitor merges the ranks' answers: only those it runs on)
+            ranks = [r for r in ranks if r in lab.run_state.running]
+        sent = {r: lab.telemetry.command(r, cmd="stack", native=bool(native)) for r in ranks}
+        live, found = lab.live, {}
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if not lab.runner.busy:  # between cells no one else reads the ranks' batches
+                for batch in lab.telemetry.batches():
+                    for _t, kind, value in batch.events:
+                        stack = stack_of(value) if kind == "stack" else None
+                        if stack is not None:
+                            live.stacks[batch.rank, stack[0]] = stack[1]
+            found = {r: live.stacks[r, i] for r, i in sent.items() if (r, i) in live.stacks}
+            if len(found) == len(sent):
+                break
+            time.sleep(0.05)
+        return {r: found.get(r, say(lab.config.lang, "no answer within {seconds:g} s", seconds=timeout)) for r in ranks}
 
     def start(self, rank=None):
         """Open pdb on `rank`'s last exception (default: the root cause of the last failed cell);

@@ -12,6 +12,9 @@ from .words import say
 
 # (Not DDPLab settings: what counts as waiting is part of what the diagnosis means, and the lessons
 # and tests teach it as it is; a collective takes milliseconds here, a second is far beyond.)
+SYMMETRIC = {"all_reduce", "all_gather", "all_gather_into_tensor", "all_gather_single", "all_gather_object",
+             "reduce_scatter", "reduce_scatter_tensor", "reduce_scatter_single", "barrier", "all_to_all",
+             "all_to_all_single"}  # collectives no member completes before every member entered them
 BLOCKED = 1.0  # seconds in a collective before a rank counts as waiting in it
 SKIPPED = 1.0  # seconds ranks wait for a rank that finished the cell (it cannot come back) before it is said
 POINT_TO_POINT = {"send", "recv", "isend", "irecv"}  # a send and a recv are a pair, not a mismatch
@@ -133,6 +136,13 @@ def _signature(w):
     return (w["op"], w.get("group"), tuple(w.get("shape") or ()), w.get("dtype"))
 
 
+def _completed(finished_calls, w):
+    """Whether a finished rank's last collective was the very one `w` waits in (its k-th, same signature)."""
+    last = (finished_calls or {}).get("last")
+    return bool(last and last.get("op") and finished_calls.get("calls") == w.get("calls") is not None
+                and _signature(last) == _signature(w))
+
+
 def _entered_by_all(w, members, wheres, running, finished, calls):
     """Whether every member of w's group entered the very collective w waits in (the same k-th one,
     op, group, shape and dtype): the ranks that finished went through it, so it is not stuck, only
@@ -178,7 +188,15 @@ def mismatch(wheres, running, finished, world_size, lang="en", cell_ranks=None, 
         gone = sorted(members & set(finished))
         if gone and _entered_by_all(w, members, wheres, running, finished, calls):
             continue  # peers finished this very collective: it completes here too (the report is a moment old)
-        if gone and (w.get("since") or 0) >= SKIPPED:
+        # every peer that finished completed this very collective (one no member completes before all entered
+        # it), and no running peer is seen in another: the running ranks' reports are a moment old (a rank
+        # seen before it entered, one paused by py-spy, a busy machine); one that never said where it is is
+        # waited for a moment only
+        peers = [wheres.get(q) for q in members & set(running)]
+        completed = (w["op"] in SYMMETRIC and bool(gone) and all(_completed(calls.get(g), w) for g in gone)
+                     and all(_signature(v) == _signature(w) for v in peers if (v or {}).get("op"))
+                     and (all(v is not None for v in peers) or (w.get("since") or 0) < SKIPPED + 3))
+        if gone and not completed and (w.get("since") or 0) >= SKIPPED:
             k = w.get("calls")
             if k is not None and w["since"] < SKIPPED + 3 and any(
                     ((calls.get(g) or {}).get("calls") or 0) > k for g in gone):

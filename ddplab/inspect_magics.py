@@ -15,7 +15,8 @@ from .words import plural
 
 @magics_class
 class DDPInspectMagics(Magics):
-    """%ddp_knob, %ddp_timeline, %ddp_history, %ddp_fault, %ddp_debug, %ddp_step, %ddp_check, %ddp_export."""
+    """%ddp_knob, %ddp_timeline, %ddp_history, %ddp_fault, %ddp_debug, %ddp_step, %ddp_stacks, %ddp_check,
+    %ddp_export."""
 
     pool = None  # the DDPMagics whose pool these look into (load_ipython_extension sets it)
 
@@ -146,6 +147,23 @@ class DDPInspectMagics(Magics):
         header = header.rstrip()
         _tell(lab, "pdb on rank {rank}: {header}", rank=rank, header=header)
         lab.debug.session(rank, list(map(_unquote, args.command)) if args.command else None)
+
+    @magic_arguments()
+    @argument("ranks", nargs="*", type=int, help="the ranks (default: every rank of the cell that runs, or of the pool)")
+    @argument("--native", action="store_true", help="C and C++ frames too (where gloo waits, say)")
+    @line_magic
+    def ddp_stacks(self, line):
+        """Every rank's stacks, as py-spy dumps them (each rank dumps itself; with --native, the C and C++
+        frames too). For a cell stuck in the background, or between cells:
+
+            %ddp_stacks              # every rank
+            %ddp_stacks 3 --native   # rank 3, down to gloo's frames
+        """
+        args = _parse(self.ddp_stacks, line)
+        lab = self._lab()
+        found = _usage(lab.debug.stacks, args.ranks or None, args.native)
+        print("\n".join(f"── rank {r} ──\n{text.rstrip()}" for r, text in found.items()))
+        return None if in_notebook() else found
 
     @line_magic
     def ddp_step(self, line):

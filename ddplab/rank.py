@@ -15,6 +15,7 @@ light: engines import it, never widget or client code.
 """
 import contextlib
 import datetime
+import json
 import logging
 import math
 import os
@@ -218,10 +219,23 @@ class Sender:
                 rank.recorder.enabled = bool(command.get("on"))
             elif command.get("cmd") == "debug" and isinstance(command.get("line"), str):
                 rank.breakpoints.command(command["line"], command["seq"])  # (its number: the reply's id)
+            elif command.get("cmd") == "stack":  # py-spy on this process, on a thread of its own (a second)
+                threading.Thread(target=self._send_stack, args=(command["seq"], bool(command.get("native"))),
+                                 name="ddplab-stack", daemon=True).start()
         if acked is not None:  # the notebook waits for it (Telemetry.confirm): said at once, not at the next tick
             with rank.lock:
                 rank.events.append((rank.cell, time.perf_counter() - rank.cell_t0, "ack", str(acked)))
             self.flush(force=True)
+
+    def _send_stack(self, command_id, native):
+        from .breakpoints import own_stack
+
+        text = own_stack(native)
+        rank = self.rank
+        with rank.lock:
+            rank.events.append((rank.cell, time.perf_counter() - rank.cell_t0, "stack",
+                                json.dumps({"id": command_id, "out": text[:200_000]})))
+        self.flush(force=True)
 
     def connect(self, address, key, generation, curve=None):
         """Connect the telemetry socket and hook cell start/end (once per engine). key: the pool's

@@ -40,6 +40,7 @@ class Live:
     units: dict = field(default_factory=dict)  # rank -> {its index of a module served: the module's name}
     groups: dict = field(default_factory=dict)  # rank -> {its index of a process group: (label, ranks)}
     stops: dict = field(default_factory=dict)  # rank -> (id, what pdb said) of each debugger stop or resume, in order
+    stacks: dict = field(default_factory=dict)  # (rank, command id) -> the rank's stacks, as py-spy printed them
 
     @classmethod
     def new(cls, world_size):
@@ -240,6 +241,17 @@ def _peer(frame):
         return ""
 
 
+def stack_of(value):
+    """(command id, text) of a "stack" event, or None if it is not one."""
+    try:
+        stack = json.loads(value) if isinstance(value, str) else None
+    except ValueError:
+        return None
+    if isinstance(stack, dict) and isinstance(stack.get("id"), int) and isinstance(stack.get("out"), str):
+        return stack["id"], stack["out"]
+    return None
+
+
 def _stop(kind, value):
     """A debugger's event as a dict (kind, id, out, and where it stopped), or None if it is not one."""
     try:
@@ -288,6 +300,10 @@ def merge(live, batch, now):
             members = ranks.split(",") if ranks else []
             if index.isdigit() and all(m.isdigit() for m in members):
                 live.groups.setdefault(rank, {})[int(index)] = (label, tuple(map(int, members)))
+        elif kind == "stack":  # py-spy's dump of the rank, asked for by Lab.debug.stacks
+            stack = stack_of(value)
+            if stack is not None:
+                live.stacks[rank, stack[0]] = stack[1]
         elif kind in ("paused", "resumed"):  # a breakpoint's debugger waits, or the program runs on (breakpoints.py)
             stop = _stop(kind, value)
             if stop is not None:

@@ -387,4 +387,6 @@ ZH = {
         'rank {ranks} 没有停在断点处（停住的是：{stopped}）',
     'this front end has no input box: the stopped ranks continue (run the cell with %%ddp --bg and step it with %ddp_step)':
         '这个前端没有输入框：停住的 rank 继续运行（用 %%ddp --bg 运行这个单元格，再用 %ddp_step 单步调试）',
+    "no answer within {seconds:g} s":
+        "{seconds:g} 秒内没有回答",
 }

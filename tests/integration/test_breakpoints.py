@@ -131,3 +131,17 @@ def test_q_and_ctrl_c_leave_the_debugger_and_end_the_cell(pool, ctrl_c):
     finally:
         stepper.ask = saved
     usable(pool)
+
+
+def test_each_rank_dumps_its_own_stacks_with_py_spy(pool):
+    """%ddp_stacks: while ranks wait in a barrier for a slow one (a background cell), each rank's py-spy
+    dump, native frames included: the waiting ones in gloo's wait, the slow one on its line; between
+    cells too."""
+    bg = pool.run("import time\nif rank == 3:\n    time.sleep(6)\ndist.barrier()", background=True)
+    time.sleep(1.5)
+    found = pool.debug.stacks([0, 3], native=True)
+    assert "barrier (torch/distributed/distributed_c10d.py" in found[0] and "c10d::" in found[0], found[0][:2000]
+    assert "MainThread" in found[3] and "barrier" not in found[3], found[3][:2000]
+    assert not bg.result(30).failed
+    idle = pool.debug.stacks([1])  # between cells: the rank waits for its next request
+    assert "Thread" in idle[1] and "py-spy failed" not in idle[1], idle[1][:2000]

@@ -110,3 +110,16 @@ def test_a_rank_late_to_say_it_left_a_collective_its_peers_finished_is_not_a_mis
     assert mismatch({1: late}, [1], [0, 2, 3], 4, calls=other) is not None
     other = {**calls, 3: {"calls": 1, "last": waiting("broadcast", 5)}}
     assert mismatch({1: late}, [1], [0, 2, 3], 4, calls=other) is not None
+
+
+def test_a_collective_a_peer_completed_is_not_a_mismatch_though_another_peer_was_seen_before_it():
+    """Rank 3 slept, then entered the barrier; rank 1 went through it and finished. Ranks 0 and 2 are a
+    moment late to say they left it, and rank 3's last report still has it on its line, before the
+    barrier (or paused by py-spy): no member completes a barrier before all entered it, so no mismatch."""
+    calls = {1: {"calls": 1, "last": waiting("barrier", 4, shape=())}}
+    wheres = {r: dict(waiting("barrier", 4, since=5.5, shape=()), calls=1) for r in (0, 2)}
+    wheres[3] = {"line": 3, "op": None, "calls": 0}
+    assert mismatch(wheres, [0, 2, 3], [1], 4, calls=calls) is None
+    # a running peer seen in another collective is still a mismatch
+    wheres[3] = dict(waiting("all_reduce", 4, since=1.5), calls=1)
+    assert mismatch(wheres, [0, 2, 3], [1], 4, calls=calls) is not None
