@@ -1,6 +1,6 @@
 """The lessons, with their outputs, for the docs site: docs/lessons/ (en) and docs/lessons/zh/ (zh).
 
-Every notebook of notebooks/ and notebooks/zh/ (the quick start, the 18 lessons and the index) is
+Every notebook of notebooks/ and notebooks/zh/ (the quick start, the 21 lessons and the index) is
 copied to docs/lessons/ with its outputs, which myst-nb renders as they are (nb_execution_mode
 "off"). The outputs come, in this order, from:
 

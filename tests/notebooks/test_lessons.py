@@ -21,8 +21,8 @@ CJK = re.compile(r"[\u4e00-\u9fff]")
 ALSO_IN_ZH = ("00_quickstart", "index")  # not lessons, but also in Chinese
 
 
-def test_there_are_eighteen_lessons_in_order_each_with_a_whole_chinese_edition():
-    assert [int(n[:2]) for n in LESSONS] == list(range(1, 19))
+def test_there_are_twenty_one_lessons_in_order_each_with_a_whole_chinese_edition():
+    assert [int(n[:2]) for n in LESSONS] == list(range(1, 22))
     for name in [*LESSONS, *ALSO_IN_ZH]:
         en, zh = (nbformat.read(NOTEBOOKS / folder / f"{name}.ipynb", as_version=4) for folder in ("", "zh"))
         assert [c.source for c in en.cells if c.cell_type == "code"] == \

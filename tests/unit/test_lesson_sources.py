@@ -41,8 +41,8 @@ def prose(text):
     return re.sub(r"\]\([^)]*\)", "]", text)
 
 
-def test_the_lessons_are_numbered_1_to_18_in_order():
-    assert [int(s.stem[:2]) for s in LESSONS] == list(range(1, 19))
+def test_the_lessons_are_numbered_1_to_21_in_order():
+    assert [int(s.stem[:2]) for s in LESSONS] == list(range(1, 22))
     for s in SOURCES:
         for lang in ("en", "zh"):
             assert make.header(s, lang)["number"] == int(s.stem[:2]), (s.name, lang)
@@ -153,4 +153,4 @@ def test_the_readme_lists_every_lesson_from_its_header():
     assert table, "README.md keeps its lessons table between <!-- lessons:start --> and <!-- lessons:end -->"
     assert table.group(0) == table.group(1) + make.readme_table() + table.group(2), \
         "README.md's lessons table is stale: run python tools/make_notebooks.py"
-    assert [int(row.split("|")[1]) for row in make.readme_table().splitlines()[2:]] == list(range(0, 19))
+    assert [int(row.split("|")[1]) for row in make.readme_table().splitlines()[2:]] == list(range(0, 22))
