@@ -312,19 +312,19 @@ check("1.3", answer, world_size=len(events), left=min(e[-1][1] for e in events))
 # happens? Answer with a letter:
 #
 # - (a) gloo pads the shorter tensors with zeros, and every rank ends with `[4, 4, 1]`
-# - (b) nothing compares the sizes before sending: the ranks exchange pieces that do not fit
+# - (b) torch compares the shapes of all ranks first, and every rank raises a `ValueError` before
+#   anything is sent
+# - (c) nothing compares the sizes before sending: the ranks exchange pieces that do not fit
 #   together, so some ranks may even finish (with a result nobody should trust) while others wait
 #   for data that never comes, until ddplab names the mismatch (`CollectiveMismatch`) and cuts it
 #   short
-# - (c) torch compares the shapes of all ranks first, and every rank raises a `ValueError` before
-#   anything is sent
 
 # %% [markdown] lang=zh
 # **1.4** rank 1 对 `torch.ones(3)` 做 all-reduce，而其他 rank 对 `torch.ones(2)` 做 all-reduce。会发生什么？请写一个字母：
 #
 # - (a) gloo 用 0 把较短的张量补齐，每个 rank 最后都得到 `[4, 4, 1]`
-# - (b) 发送之前没有谁比较大小：各 rank 交换的数据块彼此对不上，所以有的 rank 甚至可能运行完（得到一个谁都不该相信的结果），而其他 rank 一直在等永远不会到来的数据，直到 ddplab 点名指出这个不匹配（`CollectiveMismatch`）并提前结束它
-# - (c) torch 先比较所有 rank 的形状，每个 rank 都在发送任何数据之前抛出 `ValueError`
+# - (b) torch 先比较所有 rank 的形状，每个 rank 都在发送任何数据之前抛出 `ValueError`
+# - (c) 发送之前没有谁比较大小：各 rank 交换的数据块彼此对不上，所以有的 rank 甚至可能运行完（得到一个谁都不该相信的结果），而其他 rank 一直在等永远不会到来的数据，直到 ddplab 点名指出这个集合通信不匹配（`CollectiveMismatch`）并提前结束它
 
 # %%
 answer = ...    # a letter: "a", "b" or "c"

@@ -291,7 +291,7 @@ print(say(f"only the forward's place counts: the forward outside no_sync() made 
 # %% [markdown] lang=zh
 # ## 计时
 #
-# 现在对每种做法计时 6 次优化器更新（先做一步预热，再重复 3 次；取最慢那个 rank 的中位数）。每一步都要在共享本机 CPU 核的 4 个进程之间 all-reduce 2.7 MB 的梯度。
+# 现在对每种做法计时 6 次优化器更新（先做一步预热，再重复 3 次；取最慢那个 rank 的中位数）。每一步都要在共享本机 CPU 核心的 4 个进程之间 all-reduce 2.7 MB 的梯度。
 
 # %%
 %%ddp
@@ -345,20 +345,20 @@ elif lazy <= 1.1 * sync:
               f"makes {saved_calls} fewer all-reduce calls: either an all-reduce is cheap next to the computing on this "
               "machine, or other programs took the cores while one of the two was timed. Run the timing cell again.",
               f"no_sync 的耗时与每个微批次都同步差不多（是后者的 {lazy / sync:.0%}），尽管它少做了 {saved_calls} 次 "
-              "all-reduce：要么在这台机器上 all-reduce 比计算便宜得多，要么计时的时候其他程序占用了 CPU 核。"
+              "all-reduce：要么在这台机器上 all-reduce 比计算便宜得多，要么计时的时候其他程序占用了 CPU 核心。"
               "请再运行一次计时单元格。"))
 else:
     print(say(f"no_sync was slower this time ({lazy / sync:.0%} of the time of syncing every micro-batch), although it "
               f"does the same computing with {saved_calls} fewer all-reduce calls: that is noise, other programs took "
               "the cores while it was timed. Run the timing cell again.",
               f"这一次 no_sync 反而更慢（是每个微批次都同步的 {lazy / sync:.0%}），尽管它的计算量相同、all-reduce "
-              f"却少了 {saved_calls} 次：这是噪声，计时的时候其他程序占用了 CPU 核。请再运行一次计时单元格。"))
+              f"却少了 {saved_calls} 次：这是噪声，计时的时候其他程序占用了 CPU 核心。请再运行一次计时单元格。"))
 if big < 0.9 * lazy:
     print(say(f"One big batch was faster still ({big / lazy:.0%} of no_sync's time): the same all-reduces, and the "
               "arithmetic in one piece (one multiplication of 64 rows instead of four of 16 uses the core better, "
               "with less Python per sample); on a busy machine part of the gap may be noise.",
               f"一个大批次还要更快（是 no_sync 的 {big / lazy:.0%}）：all-reduce 相同，而计算一次完成（一次 64 行的矩阵"
-              "乘法比四次 16 行的更能发挥 CPU 核的效率，每个样本分摊的 Python 开销也更少）；机器繁忙时，差距中"
+              "乘法比四次 16 行的更能发挥 CPU 核心的效率，每个样本分摊的 Python 开销也更少）；机器繁忙时，差距中"
               "也可能有一部分是噪声。"))
 elif big <= 1.1 * lazy:
     print(say(f"One big batch took about as long as no_sync ({big / lazy:.0%} of its time): the same all-reduces and "
@@ -534,7 +534,7 @@ else:
               "before the 512×512 matrix's gradient: these are fractions of a millisecond, and other programs on this "
               "machine took the cores. Run the two training cells again.",
               "这一次 10 kB 上限下的第一个桶（只装最后一层）并没有更早发出，尽管它在 512×512 矩阵的梯度算好之前就已"
-              "就绪：这里差的只是零点几毫秒，而本机上的其他程序占用了 CPU 核。请再运行一次这两个训练单元格。"))
+              "就绪：这里差的只是零点几毫秒，而本机上的其他程序占用了 CPU 核心。请再运行一次这两个训练单元格。"))
 bucket = say("bucket", "桶")
 draw.bars(None, panels=[
     dict(values={f"{bucket} {i}": b / 1e6 for i, b in default_buckets.items()}, ylabel="MB",
@@ -554,7 +554,7 @@ draw.bars(None, panels=[
 # it starts early.
 
 # %% [markdown] lang=zh
-# 无论上限是多少，每一步都把每个梯度 all-reduce 一次，共 2.68 MB：上限只决定把它切成几块。一个梯度永远不会被拆到两个桶里：无论哪种上限，第一层（它 784×512 的矩阵和偏置，1.6 MB）都是最后一个桶。同样，无论上限是多少，`no_sync()` 里面的微批次都完全没有 all-reduce。在 CPU 上使用 gloo 时，计算和通信用的是同样的 CPU 核，所以重叠只能利用反向传播空出来的那部分（上面的 `hidden` 时间）；当通信有自己的硬件（GPU 和网络）时，DDP 正是靠这种重叠把大部分 all-reduce 藏在反向传播后面，而第一个桶的上限设得很小，也是为了让通信尽早开始。
+# 无论上限是多少，每一步都把每个梯度 all-reduce 一次，共 2.68 MB：上限只决定把它切成几块。一个梯度永远不会被拆到两个桶里：无论哪种上限，第一层（它 784×512 的矩阵和偏置，1.6 MB）都是最后一个桶。同样，无论上限是多少，`no_sync()` 里面的微批次都完全没有 all-reduce。在 CPU 上使用 gloo 时，计算和通信用的是同样的 CPU 核心，所以重叠只能利用反向传播空出来的那部分（上面的 `hidden` 时间）；当通信有自己的硬件（GPU 和网络）时，DDP 正是靠这种重叠把大部分 all-reduce 藏在反向传播后面，而第一个桶的上限设得很小，也是为了让通信尽早开始。
 
 # %% [markdown]
 # ## Exercises

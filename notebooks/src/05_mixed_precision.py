@@ -59,7 +59,7 @@ from ddplab.lessons import check, draw, say
 # CPU quota (Binder and docker show all the host's cores but may allow only one or two).
 
 # %% [markdown] lang=zh
-# 这一课只用 **2 个 rank**，而不是 4 个：它要测量速度，而运行课程的很多机器（笔记本电脑、Binder 会话、小型云主机）只有几个 CPU 核。如果用 4 个 rank，每个再带 2 个数据加载工作进程，就是 12 个进程挤在这些核上，测到的主要是它们如何轮流占用 CPU。`%ddp_start` 之后的单元格会打印这台机器有几个核，以及这个内核（和它启动的各个 rank）能用几个核：即它的亲和性掩码（affinity mask）允许的核数，再以容器的 CPU 配额为上限（Binder 和 docker 显示的是宿主机的全部核，但可能只允许使用一两个）。
+# 这一课只用 **2 个 rank**，而不是 4 个：它要测量速度，而运行课程的很多机器（笔记本电脑、Binder 会话、小型云主机）只有几个 CPU 核心。如果用 4 个 rank，每个再带 2 个数据加载工作进程，就是 12 个进程挤在这些核心上，测到的主要是它们如何轮流占用 CPU。`%ddp_start` 之后的单元格会打印这台机器有几个核心，以及这个内核（和它启动的各个 rank）能用几个核心：即它的亲和性掩码（affinity mask）允许的核心数，再以容器的 CPU 配额为上限（Binder 和 docker 显示的是宿主机的全部核心，但可能只允许使用一两个）。
 
 # %%
 %ddp_start 2
@@ -71,16 +71,16 @@ from ddplab.system import usable_cores
 cores = os.cpu_count()
 usable = usable_cores()            # the affinity mask (os.sched_getaffinity), capped by a container's CPU quota
 print(say(f"this machine has {cores} cores; this kernel and its ranks may use {usable} of them",
-          f"这台机器有 {cores} 个核；这个内核及其 rank 可以使用其中 {usable} 个"))
+          f"这台机器有 {cores} 个核心；这个内核及其 rank 可以使用其中 {usable} 个"))
 if usable >= 2 + 2 * 2:
     print(say("enough for the 2 ranks and their 4 loader workers to run at the same time",
               "足够让 2 个 rank 和它们的 4 个数据加载工作进程同时运行"))
 elif usable >= 2:
     print(say("each of the 2 ranks can have a core of its own; loader workers will share cores with them",
-              "2 个 rank 各自可以独占一个核；数据加载工作进程要和它们共用核"))
+              "2 个 rank 各自可以独占一个核心；数据加载工作进程要和它们共用核心"))
 else:
     print(say("the 2 ranks take turns on one core: the speeds measured below are lower than with a core per rank",
-              "2 个 rank 轮流使用一个核：下面测得的速度会低于每个 rank 独占一个核时的速度"))
+              "2 个 rank 轮流使用一个核心：下面测得的速度会低于每个 rank 独占一个核心时的速度"))
 
 # %% [markdown]
 # ## What this CPU can do in bf16
@@ -504,7 +504,7 @@ else:
               "(to start, and to hand every batch over to the rank), and when the machine is busy they wait for a "
               "core instead of reading.",
               f"每个 rank 用 2 个工作进程几乎没有收益（速度是不用工作进程时的 {fresh / alone:.2f} 倍）：工作进程本身也需要 CPU 时间（启动，以及"
-              "把每个批次交给 rank），机器繁忙时，它们就在等待 CPU 核，而不是在读数据。"))
+              "把每个批次交给 rank），机器繁忙时，它们就在等待 CPU 核心，而不是在读数据。"))
 if kept > 1.1 * fresh:
     print(say(f"Persistent workers were faster still ({kept / fresh:.2f}x): a DataLoader starts new workers every "
               "epoch, and each start costs time; persistent workers are started once.",
@@ -623,7 +623,7 @@ else:
     print(say(f"Even with the server running, a worker took {running / fork:.1f}x as long as a fork of the rank: it "
               "receives the data set pickled and starts its loop from scratch, and on a busy machine it waits for a core.",
               f"即使服务进程已经在运行，一个工作进程的启动时间仍是 fork rank 的 {running / fork:.1f} 倍：它要接收 pickle "
-              "过的数据集，从头开始自己的循环，机器繁忙时还要等待 CPU 核。"))
+              "过的数据集，从头开始自己的循环，机器繁忙时还要等待 CPU 核心。"))
 print(say(f"SlowDataset, defined in a cell, with forkserver: {started['cell class']}. The workers could not unpickle "
           "it (their tracebacks in rank 0's stderr above were expected): its class is __main__.SlowDataset, and the server's "
           "__main__ has no such class. With fork it worked.",
@@ -643,25 +643,25 @@ print(say(f"SlowDataset, defined in a cell, with forkserver: {started['cell clas
 # %% [markdown] lang=zh
 # 所以：固定启动方式（`multiprocessing_context=`），让同样的代码在每台机器、每个 Python 版本上行为一致；使用 `forkserver` 或 `spawn` 时，把数据集、`collate_fn` 和 `worker_init_fn` 放在一个可以 import 的 `.py` 文件里，并设置 `persistent_workers=True`，让工作进程只启动一次。ddplab 会让工作进程随它们的 rank 一起结束（`%ddp_stop`，或者内核崩溃时）。
 #
-# 当读取数据需要*等待*（磁盘、网络），或者有空闲的 CPU 核可以用来解码时，工作进程才有帮助：所谓空闲，是指 rank 自己没有占用的核。这台机器上有几个：
+# 当读取数据需要*等待*（磁盘、网络），或者有空闲的 CPU 核心可以用来解码时，工作进程才有帮助：所谓空闲，是指 rank 自己没有占用的核心。这台机器上有几个：
 
 # %%
 spare = usable - 2                                         # the cores the 2 ranks leave free
 if spare >= 4:
     print(say(f"{usable} usable cores, 2 ranks: {spare} spare cores, enough for 2 CPU-bound workers per rank to "
               "decode while the ranks train",
-              f"可用 {usable} 个核，2 个 rank：空闲 {spare} 个核，足够让每个 rank 的 2 个消耗 CPU 的工作进程在 rank "
+              f"可用 {usable} 个核心，2 个 rank：空闲 {spare} 个核心，足够让每个 rank 的 2 个消耗 CPU 的工作进程在 rank "
               "训练的同时解码"))
 elif spare > 0:
     print(say(f"{usable} usable cores, 2 ranks: {spare} spare core{'s' if spare > 1 else ''}, fewer than the 4 workers: "
               "CPU-bound workers would partly compete with training for cores",
-              f"可用 {usable} 个核，2 个 rank：空闲 {spare} 个核，少于 4 个工作进程：消耗 CPU 的工作进程会有一部分"
-              "和训练争抢 CPU 核"))
+              f"可用 {usable} 个核心，2 个 rank：空闲 {spare} 个核心，少于 4 个工作进程：消耗 CPU 的工作进程会有一部分"
+              "和训练争抢 CPU 核心"))
 else:
     print(say(f"{usable} usable core{'s' if usable > 1 else ''}, 2 ranks: no spare core. Workers that only wait (as "
               "here) still help; a real CPU-bound decoder in the workers would compete with training for the same cores.",
-              f"可用 {usable} 个核，2 个 rank：没有空闲的核。只是在等待的工作进程（如这里）仍然有帮助；如果工作进程里是一个"
-              "真正消耗 CPU 的解码器，它就会和训练争抢同样的核。"))
+              f"可用 {usable} 个核心，2 个 rank：没有空闲的核心。只是在等待的工作进程（如这里）仍然有帮助；如果工作进程里是一个"
+              "真正消耗 CPU 的解码器，它就会和训练争抢同样的核心。"))
 
 
 # %% [markdown]
@@ -693,7 +693,7 @@ check("5.1", answer)
 # measured bytes to the check.
 
 # %% [markdown] lang=zh
-# **5.2** 在上面的内存测量中（批次为 64），autocast 保存的激活值字节数更少，但多出了权重的 bf16 副本，而副本的大小与批次无关。根据打印出来的数字，批次大小从多少起，bf16 autocast 为反向计算保存的字节数（激活值加权重副本）才比 float32 少？请回答一个样本数；单元格会把测得的字节数传给检查。
+# **5.2** 在上面的内存测量中（批次为 64），autocast 保存的激活值字节数更少，但多出了权重的 bf16 副本，而副本的大小与批次无关。根据打印出来的数字，批大小从多少起，bf16 autocast 为反向计算保存的字节数（激活值加权重副本）才比 float32 少？请回答一个样本数；单元格会把测得的字节数传给检查。
 
 # %%
 answer = ...    # the batch size from which autocast keeps fewer bytes for backward than float32
@@ -701,17 +701,17 @@ check("5.2", answer, activations32=mem32["activations"], activations16=mem16["ac
       copies=mem16["weight copies"], batch=64)
 
 # %% [markdown]
-# **5.3** This lesson runs 2 ranks on this machine, whose usable cores were printed at the start.
-# What is the largest `num_workers` per rank such that every rank and every worker can have a core
-# of its own (so that CPU-bound workers do not slow training down)? Answer a whole number (0 if
-# there is none).
+# **5.3** The cell above counted this machine's spare cores for this lesson's 2 ranks. Now take a
+# machine with **16** usable cores that runs **4** ranks. What is the largest `num_workers` per rank
+# such that every rank and every worker can have a core of its own (so that CPU-bound workers do not
+# slow training down)? Answer a whole number (0 if there is none).
 
 # %% [markdown] lang=zh
-# **5.3** 这一课在这台机器上运行 2 个 rank，可用的核数在开头已经打印出来。要让每个 rank 和每个工作进程都能独占一个核（这样消耗 CPU 的工作进程就不会拖慢训练），每个 rank 的 `num_workers` 最大能是多少？请回答一个整数（一个也不行就答 0）。
+# **5.3** 上面的单元格数出了这台机器为本课的 2 个 rank 留下的空闲核心。现在换一台有 **16** 个可用核心、运行 **4** 个 rank 的机器。要让每个 rank 和每个工作进程都能独占一个核心（这样消耗 CPU 的工作进程就不会拖慢训练），每个 rank 的 `num_workers` 最大能是多少？请回答一个整数（一个也不行就答 0）。
 
 # %%
 answer = ...    # the largest num_workers per rank that leaves every process a core of its own
-check("5.3", answer, usable=usable, ranks=2)
+check("5.3", answer, usable=16, ranks=4)
 
 # %% [markdown]
 # **5.4** The "2 workers" run (no `persistent_workers`) read 2 epochs, and the cell after it checked

@@ -310,7 +310,7 @@ show(1)
 # than the speed.
 
 # %% [markdown] lang=zh
-# 用 **4** 个、再用 **8** 个微批次时，rank 0 计算微批次 1 的同时，rank 1 已经开始处理微批次 0，反向计算也同样相互重叠。在一步的开头和结尾仍然空闲的部分，就是*气泡*。对于 *p* 个相同的段和 *m* 个微批次，理想的流水线平均同时有 *p*·*m* / (*m* + *p* − 1) 个 rank 在计算（画完图之后的单元格会按这次运行的 *p* = 4 和 *m* 算出来）。这要求每个 rank 都有一个属于自己的处理器。如果这台机器让各 rank 使用的核比 rank 还少（那个单元格会把两者都打印出来），各 rank 就要轮流使用 CPU：相互重叠的条形在共用一个核，因而被拉长，这张图展示的更多是调度方式，而不是速度。
+# 用 **4** 个、再用 **8** 个微批次时，rank 0 计算微批次 1 的同时，rank 1 已经开始处理微批次 0，反向计算也同样相互重叠。在一步的开头和结尾仍然空闲的部分，就是*气泡*。对于 *p* 个相同的段和 *m* 个微批次，理想的流水线平均同时有 *p*·*m* / (*m* + *p* − 1) 个 rank 在计算（画完图之后的单元格会按这次运行的 *p* = 4 和 *m* 算出来）。这要求每个 rank 都有一个属于自己的处理器。如果这台机器让各 rank 使用的核心比 rank 还少（那个单元格会把两者都打印出来），各 rank 就要轮流使用 CPU：相互重叠的条形在共用一个核心，因而被拉长，这张图展示的更多是调度方式，而不是速度。
 
 # %%
 show(4)
@@ -338,14 +338,14 @@ print(say(f"ranks computing at once, on average: {at_once(1):.1f} with 1 micro-b
 if usable >= n_stages:
     print(say(f"the ranks may use {usable} cores here (the machine has {os.cpu_count()}): each of the {n_stages} ranks can "
               "run on a core of its own, so bars that overlap really ran at the same time",
-              f"这里各 rank 可以使用 {usable} 个核（这台机器共有 {os.cpu_count()} 个）：{n_stages} 个 rank 都能各自独占一个核，"
+              f"这里各 rank 可以使用 {usable} 个核心（这台机器共有 {os.cpu_count()} 个）：{n_stages} 个 rank 都能各自独占一个核心，"
               "所以相互重叠的条形确实是在同时运行"))
 else:
     print(say(f"the ranks may use {usable} core{'s' if usable > 1 else ''} here (the machine has {os.cpu_count()}), "
               f"fewer than the {n_stages} ranks: at most {usable} of them truly compute at once; the others share cores, so "
               "bars that overlap stretch",
-              f"这里各 rank 只能使用 {usable} 个核（这台机器共有 {os.cpu_count()} 个），少于 {n_stages} 个 rank：真正同时"
-              f"计算的最多只有 {usable} 个；更多的 rank 只能共用核，相互重叠的条形因此被拉长"))
+              f"这里各 rank 只能使用 {usable} 个核心（这台机器共有 {os.cpu_count()} 个），少于 {n_stages} 个 rank：真正同时"
+              f"计算的最多只有 {usable} 个；更多的 rank 只能共用核心，相互重叠的条形因此被拉长"))
 
 # %% [markdown]
 # ## Training with the pipeline
@@ -466,10 +466,10 @@ draw.bars(None, panels=[
 # - Large models combine them: pipeline stages, each stage data-parallel over several ranks.
 
 # %% [markdown] lang=zh
-# 哪一种更快，取决于机器、模型和批次；在核数少于 rank 数（或与其他程序共享）的机器上，各次运行的时间会相差几十个百分点：请看打印出来的数字，而不要把它当成规律。不会变的是两者的结构：
+# 哪一种更快，取决于机器、模型和批次；在核心数少于 rank 数（或与其他程序共享）的机器上，各次运行的时间会相差几十个百分点：请看打印出来的数字，而不要把它当成规律。不会变的是两者的结构：
 #
 # - **DDP** 的每个 rank 一直在自己那四分之一的批次上计算；它唯一的通信是对梯度做一次 all-reduce，数据量与模型一样大（这里是 420 万个参数 = 17 MB）。但每个 rank 都持有**整个**模型、它的梯度和它的优化器状态。
-# - **流水线**的每个 rank 只持有模型的**四分之一**。它要在 3 个分界处，把激活值向前传、把激活值的梯度向后传：每个分界每个批次每个方向 1024 × 1024 个浮点数 = 4 MB，这个量随批次大小增长，而不是随模型大小增长。它还会在气泡中闲着。
+# - **流水线**的每个 rank 只持有模型的**四分之一**。它要在 3 个分界处，把激活值向前传、把激活值的梯度向后传：每个分界每个批次每个方向 1024 × 1024 个浮点数 = 4 MB，这个量随批大小增长，而不是随模型大小增长。它还会在气泡中闲着。
 #
 # 所以：
 #

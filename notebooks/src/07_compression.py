@@ -331,7 +331,7 @@ print(say(f"the layer now trains weight_orig and holds weight_mask; weight == we
 #
 # `torch.ao.quantization.quantize_dynamic(model, {nn.Linear}, dtype=torch.qint8)` 把每个 Linear 层替换成一个用 8 位整数（外加一个缩放因子）保存权重的层，并在推理时对每个批次的激活值即时量化（即“动态”）。它在 torch 2.13 中仍然存在并且可用，但 torch 已把整个 `torch.ao.quantization` 模块标记为弃用，建议改用独立的 **torchao** 包（`torchao.quantization.quantize_` 配合 `Int8DynamicActivationInt8WeightConfig`）；下面的单元格屏蔽了这条警告。
 #
-# 这一步只在 rank 0 上运行（`%%ddp --ranks 0`）：只需转换一个模型，其余 3 个 rank 保持空闲，以免与计时争抢这台机器的 CPU 核。大小指保存下来的 `state_dict` 的字节数；延迟指对 2,000 个测试样本做分类所用的时间。
+# 这一步只在 rank 0 上运行（`%%ddp --ranks 0`）：只需转换一个模型，其余 3 个 rank 保持空闲，以免与计时争抢这台机器的 CPU 核心。大小指保存下来的 `state_dict` 的字节数；延迟指对 2,000 个测试样本做分类所用的时间。
 
 # %%
 %%ddp --ranks 0

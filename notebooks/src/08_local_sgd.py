@@ -380,7 +380,7 @@ if min(first_read) > 1:
               f"各 rank 第一次从旋钮读到新值是在各自的第 {first_read} 步；所有 rank 在第 {switch} 步一起切换"))
 if min(first_read) > 1 and len(set(first_read)) > 1:
     print(say("had each used its own reading, they would have averaged at different steps: a collective mismatch",
-              "如果每个 rank 都用自己读到的值，它们就会在不同的步做平均：集合通信错配"))
+              "如果每个 rank 都用自己读到的值，它们就会在不同的步做平均：集合通信不匹配"))
 elif min(first_read) > 1:
     print(say("this time every rank read it at the same step, by luck: run it again and drag the slider yourself",
               "这一次各 rank 碰巧在同一步读到新值：再运行一次，自己拖动滑块试试"))

@@ -146,7 +146,7 @@ ddp = train_ddp()
 # 2. 在自己的下一批 32 个样本上计算梯度；
 # 3. 把梯度和那个版本号一起发给服务器，然后等待回复。
 #
-# 服务器用 `dist.recv` 接收**最先发来的那个 worker** 的消息（不指定 `src` 的 `dist.recv` 会返回发送者的 rank），立即应用这个梯度（动量 0.9、学习率 0.05 的 SGD，与 `torch.optim.SGD` 做的更新相同），再把当前参数发回给这个 worker。谁也不等谁。但在某个 worker 计算期间，服务器可能已经应用了其他 worker 的梯度：这个 worker 的梯度就**过时**了。它的**陈旧度**（staleness）等于服务器应用该梯度时的版本号减去计算该梯度时所用参数的版本号；0 表示新鲜，就像同步 SGD 那样。
+# 服务器用 `dist.recv` 接收**最先发来的那个 worker** 的消息（不指定 `src` 的 `dist.recv` 会返回发送者的 rank），立即应用这个梯度（动量 0.9、学习率 0.05 的 SGD，与 `torch.optim.SGD` 做的更新相同），再把当前参数发回给这个 worker。谁也不等谁。但在某个 worker 计算期间，服务器可能已经应用了其他 worker 的梯度：这个 worker 的梯度就**陈旧**了。它的**陈旧度**（staleness）等于服务器应用该梯度时的版本号减去计算该梯度时所用参数的版本号；0 表示新鲜，就像同步 SGD 那样。
 #
 # 我们让 rank 3 成为一台较慢（或较忙）的机器：它每算一个梯度要多花 10 毫秒。服务器在收到 960 个各含 32 个样本的梯度后停止（与 DDP 那次训练的样本数相同），不管这些梯度来自谁；之后收到的每条消息，它都以版本号 −1 回复，意思是“停止”。
 
@@ -244,7 +244,7 @@ draw.lines(None, panels=[
 # sent fewer of them; and asynchronous training learns too.
 
 # %% [markdown] lang=zh
-# 检验这次训练显示的结果：梯度在应用时已经过时；慢 worker 的梯度最陈旧，它发送的梯度也更少；而异步训练同样能学到东西。
+# 检验这次训练显示的结果：梯度在应用时已经陈旧；慢 worker 的梯度最陈旧，它发送的梯度也更少；而异步训练同样能学到东西。
 
 # %%
 import statistics
@@ -339,19 +339,20 @@ else:
 # run, and why.
 #
 # **9.1** A worker's gradient is about as stale as the number of gradients the other workers send
-# during one of its round trips. From the counts printed above only (how many gradients each worker
-# sent in the same time), estimate the mean staleness of rank 3's gradients. Answer with a number;
-# then compare it with the staleness measured.
+# during one of its round trips. Suppose each of rank 3's round trips took **twice** as long as in this
+# run, while ranks 1 and 2 kept their pace. From the counts printed above only (how many gradients
+# each worker sent in the same time), estimate the mean staleness of rank 3's gradients then. Answer
+# with a number.
 
 # %% [markdown] lang=zh
 # ## 练习
 #
 # 把 `...` 换成你的答案并运行单元格：`check` 会告诉你，对这次运行来说答案对不对，以及为什么。
 #
-# **9.1** 一个 worker 的梯度的陈旧度，大约等于它完成一次往返期间其他 worker 发来的梯度数。只用上面打印的计数（同一段时间里每个 worker 发送了多少个梯度），估算 rank 3 的梯度的平均陈旧度。请写一个数；然后把它与测得的陈旧度比较。
+# **9.1** 一个 worker 的梯度的陈旧度，大约等于它完成一次往返期间其他 worker 发来的梯度数。假设 rank 3 的每次往返都要花这次运行中的**两倍**时间，而 rank 1 和 2 的节奏不变。只用上面打印的计数（同一段时间里每个 worker 发送了多少个梯度），估算那时 rank 3 的梯度的平均陈旧度。请写一个数。
 
 # %%
-answer = ...    # your estimate of rank 3's mean staleness, from the counts
+answer = ...    # your estimate of rank 3's mean staleness with round trips twice as long, from the counts
 check("9.1", answer, count=count, mean_stale=mean_stale)
 
 # %% [markdown]

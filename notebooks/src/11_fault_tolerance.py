@@ -14,7 +14,7 @@
 # - what a checkpoint must hold for a resumed run to continue exactly: parameters, optimizer state, step, and data that depends on the step only
 # - how `ddplab.checkpoint` saves atomically on rank 0 and loads safely (`weights_only=True`) onto every rank
 # - why a `try`/`except` around training cannot survive a lost rank, and what recovery takes instead
-# - why rank 0 alone may save under DDP, and why sharded training (FSDP, ZeRO) needs `torch.distributed.checkpoint`
+# - why rank 0 alone may save under DDP, and what sharded training needs instead: ZeRO-1's consolidated optimizer state, FSDP's `torch.distributed.checkpoint`
 #
 # **Study time:** about 40 minutes
 #
@@ -33,7 +33,7 @@
 # - 要让恢复后的运行精确地接着进行，检查点必须保存什么：参数、优化器状态、步数，以及只取决于步数的数据
 # - `ddplab.checkpoint` 如何在 rank 0 上原子地保存，又如何安全地（`weights_only=True`）加载到每个 rank 上
 # - 为什么包在训练外面的 `try`/`except` 挽救不了丢失的 rank，恢复实际上需要做什么
-# - 为什么在 DDP 下只由 rank 0 保存就够了，而分片训练（FSDP、ZeRO）为什么需要 `torch.distributed.checkpoint`
+# - 为什么在 DDP 下只由 rank 0 保存就够了，而分片训练需要什么：ZeRO-1 要先汇总优化器状态，FSDP 要用 `torch.distributed.checkpoint`
 #
 # **学习时间**：约 40 分钟
 #
@@ -249,11 +249,19 @@ print("optimizer:", sorted(state["optimizer"]), "momentum_buffer:",
 # the same averaged gradients and apply the same update, so their momentum buffers are equal too.
 # The checksums printed after the reference run show it. So rank 0's copy is everyone's copy.
 #
-# That is **not** true of sharded training: FSDP (`fully_shard`) and ZeRO (`ZeroRedundancyOptimizer`,
-# DeepSpeed) give each rank a **different** slice of the parameters, gradients and optimizer state.
-# Rank 0's `state_dict()` would then hold only its own part, and a checkpoint written by rank 0 alone
-# would lose the rest. There, every rank saves its own shard with **`torch.distributed.checkpoint`**
-# (DCP), called on every rank:
+# That is **not** true of sharded training, where each rank holds a **different** share of some of
+# that state, and rank 0's share alone would lose the rest. What to do depends on what is sharded:
+#
+# - **ZeRO-1 with `ZeroRedundancyOptimizer`** (lesson 15) shards the optimizer state only. The model is
+#   still DDP's, identical on every rank, so rank 0's `model.state_dict()` is still everyone's; rank 0's
+#   optimizer, though, holds the state of its own share of the parameters. Its route to the whole state
+#   is its own: `opt.consolidate_state_dict(to=0)`, called on **every** rank (each sends its share to
+#   rank 0), then `opt.state_dict()` on rank 0, which saves it with the model as above (on another rank,
+#   `opt.state_dict()` raises). To resume, every rank calls `opt.load_state_dict(state)` with the whole
+#   state and keeps its own share.
+# - **FSDP** (`fully_shard`, lesson 19) shards the parameters, the gradients and the optimizer state.
+#   There every rank saves its own shards with **`torch.distributed.checkpoint`** (DCP), called on every
+#   rank (lesson 21, sharded checkpoints with DCP, runs it):
 #
 # ```python
 # import torch.distributed.checkpoint as dcp
@@ -268,16 +276,19 @@ print("optimizer:", sorted(state["optimizer"]), "momentum_buffer:",
 # set_state_dict(model, opt, model_state_dict=state["model"], optim_state_dict=state["optim"])
 # ```
 #
-# Or gather the whole state onto one rank first (`ZeroRedundancyOptimizer.consolidate_state_dict(to=0)`,
-# or `get_state_dict(..., options=StateDictOptions(full_state_dict=True, cpu_offload=True))`), which
-# works only while it fits in one process's memory. DCP also helps large models under DDP: it spreads
-# the writing of replicated tensors over the ranks, and `dcp.async_save` lets training go on while
-# the files are written.
+# Or gather FSDP's whole state onto one rank first
+# (`get_state_dict(..., options=StateDictOptions(full_state_dict=True, cpu_offload=True))`), which
+# works only while it fits in one process's memory, as ZeRO-1's consolidated state must. DCP also helps
+# large models under DDP: it spreads the writing of replicated tensors over the ranks, and
+# `dcp.async_save` lets training go on while the files are written.
 
 # %% [markdown] lang=zh
 # **为什么只由 rank 0 来写。** 在 DDP 下，每一步之后每个 rank 持有的参数**完全相同**，优化器状态也**完全相同**：各 rank 从 rank 0 的参数出发，收到同样的平均梯度，做同样的更新，所以它们的动量缓冲区也相等。参照运行之后打印的校验和说明了这一点。所以 rank 0 的那一份就是每个 rank 的那一份。
 #
-# 对于分片训练，这**并不**成立：FSDP（`fully_shard`）和 ZeRO（`ZeroRedundancyOptimizer`、DeepSpeed）让每个 rank 持有参数、梯度和优化器状态中**各不相同**的一部分。这时 rank 0 的 `state_dict()` 只包含它自己的那一部分，只由 rank 0 写出的检查点会丢掉其余部分。这种情况下，每个 rank 都要用 **`torch.distributed.checkpoint`**（DCP）保存自己的分片，在每个 rank 上调用：
+# 对于分片训练，这**并不**成立：每个 rank 持有其中某些状态的**各不相同**的一部分，只保存 rank 0 的那一部分会丢掉其余部分。怎么做取决于分片的是什么：
+#
+# - **使用 `ZeroRedundancyOptimizer` 的 ZeRO-1**（第 15 课）只分片优化器状态。模型仍然是 DDP 的，在每个 rank 上都相同，所以 rank 0 的 `model.state_dict()` 仍然就是每个 rank 的那一份；但 rank 0 的优化器只持有它自己那一份参数的状态。要得到完整的状态，它有自己的办法：在**每个** rank 上调用 `opt.consolidate_state_dict(to=0)`（每个 rank 把自己的那一份发给 rank 0），然后在 rank 0 上调用 `opt.state_dict()`，像上面那样把它和模型一起保存（在其他 rank 上，`opt.state_dict()` 会抛出错误）。恢复时，每个 rank 都用完整的状态调用 `opt.load_state_dict(state)`，只留下属于自己的那一份。
+# - **FSDP**（`fully_shard`，第 19 课）把参数、梯度和优化器状态都分片了。这时每个 rank 都要用 **`torch.distributed.checkpoint`**（DCP）保存自己的分片，在每个 rank 上调用（第 21 课会用 DCP 实际保存分片检查点）：
 #
 # ```python
 # import torch.distributed.checkpoint as dcp
@@ -292,7 +303,7 @@ print("optimizer:", sorted(state["optimizer"]), "momentum_buffer:",
 # set_state_dict(model, opt, model_state_dict=state["model"], optim_state_dict=state["optim"])
 # ```
 #
-# 或者先把完整的状态收集到一个 rank 上（`ZeroRedundancyOptimizer.consolidate_state_dict(to=0)`，或 `get_state_dict(..., options=StateDictOptions(full_state_dict=True, cpu_offload=True))`），但这只在它放得进单个进程的内存时才可行。对于 DDP 下的大模型，DCP 同样有用：它把复制在各 rank 上的张量分摊给各 rank 去写，而 `dcp.async_save` 让训练在写文件的同时继续进行。
+# 或者先把 FSDP 的完整状态收集到一个 rank 上（`get_state_dict(..., options=StateDictOptions(full_state_dict=True, cpu_offload=True))`），但这只在它放得进单个进程的内存时才可行，ZeRO-1 汇总后的状态也一样。对于 DDP 下的大模型，DCP 同样有用：它把复制在各 rank 上的张量分摊给各 rank 去写，而 `dcp.async_save` 让训练在写文件的同时继续进行。
 
 # %% [markdown]
 # ## 2. The same run, and rank 2 dies at step 35
@@ -549,16 +560,16 @@ check("11.1", answer, killed=max(crashed_run), resumed_from=min(resumed_run) - 1
 # `ddplab.checkpoint.load(path, model)`. Would the resumed run still end with exactly the
 # parameters of the uninterrupted run? Answer with a letter (and try it, if you like):
 #
-# - (a) yes, bit for bit: the parameters are all the state the training needs
-# - (b) no: SGD's momentum buffers would start again from zero at step 31, so every later step
+# - (a) no: SGD's momentum buffers would start again from zero at step 31, so every later step
 #   moves the parameters differently
+# - (b) yes, bit for bit: the parameters are all the state the training needs
 # - (c) no: the batches of steps 31 to 60 would be different
 
 # %% [markdown] lang=zh
 # **11.2** 只保存模型：`ddplab.checkpoint.save(path, model, None, step + 1)` 和 `ddplab.checkpoint.load(path, model)`。恢复后的运行最终还会与不中断的运行得到完全相同的参数吗？请写一个字母（愿意的话，也可以试一试）：
 #
-# - (a) 会，逐位一致：参数就是训练需要的全部状态
-# - (b) 不会：SGD 的动量缓冲区会在第 31 步从零重新开始，所以之后的每一步对参数的改变都不一样
+# - (a) 不会：SGD 的动量缓冲区会在第 31 步从零重新开始，所以之后的每一步对参数的改变都不一样
+# - (b) 会，逐位一致：参数就是训练需要的全部状态
 # - (c) 不会：第 31 到 60 步的批次会不一样
 
 # %%
@@ -571,16 +582,16 @@ check("11.2", answer)
 # ranks? Read `ddplab/checkpoint.py` if you like, and answer with a letter:
 #
 # - (a) it loads the file: ddplab reads checkpoints with `weights_only=False`
-# - (b) rank 0's `torch.load(..., weights_only=True)` refuses the object; every rank raises a
+# - (b) rank 0 raises, and ranks 1-3 wait in the broadcast until the group's timeout
+# - (c) rank 0's `torch.load(..., weights_only=True)` refuses the object; every rank raises a
 #   `ValueError` saying the file holds more than tensors and plain values, and nothing is loaded
-# - (c) rank 0 raises, and ranks 1-3 wait in the broadcast until the group's timeout
 
 # %% [markdown] lang=zh
 # **11.3** 有人把 `run.pt` 换成了一个文件，它的 `extra` 里有一个他自己定义的类的对象（一个 pickle 过的 Python 对象）。`ddplab.checkpoint.load(path, model, opt)` 在 4 个 rank 上会怎样？愿意的话可以读一读 `ddplab/checkpoint.py`，然后写一个字母：
 #
 # - (a) 加载这个文件：ddplab 用 `weights_only=False` 读取检查点
-# - (b) rank 0 的 `torch.load(..., weights_only=True)` 拒绝这个对象；每个 rank 都抛出一个 `ValueError`，说明文件里不只有张量和普通值，什么也没有加载
-# - (c) rank 0 抛出错误，rank 1-3 则在广播中一直等到进程组超时
+# - (b) rank 0 抛出错误，rank 1-3 则在广播中一直等到进程组超时
+# - (c) rank 0 的 `torch.load(..., weights_only=True)` 拒绝这个对象；每个 rank 都抛出一个 `ValueError`，说明文件里不只有张量和普通值，什么也没有加载
 
 # %%
 answer = ...    # a letter: "a", "b" or "c"

@@ -30,7 +30,7 @@
 # %% [markdown] lang=zh
 # # 第 12 课 · 通信开销：延迟、桶与 bf16 梯度
 #
-# **简而言之**：DDP 每一步都要对梯度做 all-reduce，所以通信是每一步开销的一部分。这一课就来测量它。先单独测 all-reduce：张量从 4 KB 到 16 MB，进程组分别由 2 个和 4 个进程（rank）组成：小消息的开销主要是固定的*延迟*，大消息则受*带宽*限制。然后看 DDP 的梯度桶（一步要做几次 all-reduce）、一步中通信所占的比例（用 `no_sync` 关掉通信来对比），再看 `torch.compile`：它是加快计算部分的一种办法（这里用它代替 TorchScript 和 XLA：前者是 PyTorch 较早的、已被弃用的编译方式，后者需要自己的设备和后端）。最后是一个可以在运行中操控的训练：拨动一个开关，DDP 就改用 bf16 发送梯度，字节数减半。所有数字都是在本机上实时测得的（4 个进程共享本机的 CPU 核，通过回环接口上的 TCP 通信），波动较大：只能当作大致的量级。
+# **简而言之**：DDP 每一步都要对梯度做 all-reduce，所以通信是每一步开销的一部分。这一课就来测量它。先单独测 all-reduce：张量从 4 KB 到 16 MB，进程组分别由 2 个和 4 个进程（rank）组成：小消息的开销主要是固定的*延迟*，大消息则受*带宽*限制。然后看 DDP 的梯度桶（一步要做几次 all-reduce）、一步中通信所占的比例（用 `no_sync` 关掉通信来对比），再看 `torch.compile`：它是加快计算部分的一种办法（这里用它代替 TorchScript 和 XLA：前者是 PyTorch 较早的、已被弃用的编译方式，后者需要自己的设备和后端）。最后是一个可以在运行中操控的训练：拨动一个开关，DDP 就改用 bf16 发送梯度，字节数减半。所有数字都是在本机上实时测得的（4 个进程共享本机的 CPU 核心，通过回环接口上的 TCP 通信），波动较大：只能当作大致的量级。
 #
 # **你将学到**
 # - all-reduce 的延迟–带宽模型 t ≈ α + n·β（在本机上拟合），以及为什么环形算法发送的是张量大小的 2(N−1)/N
@@ -61,10 +61,11 @@ from ddplab.lessons import check, draw, knobs, say
 #
 # gloo's all-reduce is a **ring**: the tensor is cut into N chunks; in N−1 steps each rank passes
 # one chunk to its neighbour and adds the chunk it receives (a reduce-scatter), then in N−1 more
-# steps the summed chunks go around the ring (an all-gather). Each rank sends **2(N−1)/N** times
-# the tensor's size: 1× for N = 2, 1.5× for N = 4, and never more than 2×, however many ranks there
-# are. The number of steps, 2(N−1), grows with N, so the latency part grows with the number of ranks.
-# (Lesson 13 builds this ring by hand.)
+# steps the summed chunks go around the ring (an all-gather). Count what one rank sends: one chunk,
+# 1/N of the tensor, at each of the 2(N−1) steps, so **2(N−1)/N** times the tensor's size: 2 × 1/2 = 1×
+# for N = 2, 6 × 1/4 = 1.5× for N = 4, and never more than 2×, however many ranks there are. The
+# number of steps, 2(N−1), grows with N, so the latency part grows with the number of ranks.
+# (Lesson 13 builds this ring by hand, and shows each chunk on its way.)
 #
 # To time a group of 2, make a sub-group with `dist.new_group([0, 1])`. **Every** rank must call
 # `new_group`, even ranks that are not in it; only members then use it. `median_seconds` lines the
@@ -76,7 +77,7 @@ from ddplab.lessons import check, draw, knobs, say
 #
 # 对 *n* 字节做一次 all-reduce 所需的时间，有一个简单的模型：**t ≈ α + n·β**。α 是每次调用的固定开销（系统调用、唤醒其他进程、握手）；β 是每个字节所需的时间，所以 1/β 是一个带宽。小消息无论大小，开销都约为 α；大消息的开销约为 n·β。
 #
-# gloo 的 all-reduce 是一个**环**：张量被切成 N 块；在 N−1 步中，每个 rank 把一块传给它的邻居，并把收到的那块加到自己的数据上（reduce-scatter），然后再用 N−1 步让求和后的各块沿着环传一圈（all-gather）。每个 rank 发送的数据量是张量大小的 **2(N−1)/N** 倍：N = 2 时为 1 倍，N = 4 时为 1.5 倍，无论有多少个 rank，都不会超过 2 倍。而步数 2(N−1) 随 N 增长，所以延迟部分随 rank 数增长。（第 13 课会亲手实现这个环。）
+# gloo 的 all-reduce 是一个**环**：张量被切成 N 块；在 N−1 步中，每个 rank 把一块传给它的邻居，并把收到的那块加到自己的数据上（reduce-scatter），然后再用 N−1 步让求和后的各块沿着环传一圈（all-gather）。数一数一个 rank 发送了多少：2(N−1) 步中每一步发送一块，即张量的 1/N，所以一共是张量大小的 **2(N−1)/N** 倍：N = 2 时为 2 × 1/2 = 1 倍，N = 4 时为 6 × 1/4 = 1.5 倍，无论有多少个 rank，都不会超过 2 倍。而步数 2(N−1) 随 N 增长，所以延迟部分随 rank 数增长。（第 13 课会亲手实现这个环，并展示每一块怎样在环上传递。）
 #
 # 要对 2 个 rank 的组计时，用 `dist.new_group([0, 1])` 建一个子组。**每个** rank 都必须调用 `new_group`，即使它不在这个组里；之后只有组内成员使用它。`median_seconds` 在每次运行前用一个 barrier 让各 rank 对齐，并返回最慢那个 rank 的中位数；rank 0 和 1 在它们的二人组里做 all-reduce 的时候，rank 2 和 3 什么也不计时。
 
@@ -139,7 +140,7 @@ draw.lines(None, panels=[
 # %% [markdown] lang=zh
 # 从左往右看这张图。消息很小时，耗时几乎不随大小变化：这就是 α。另一端，耗时与大小成正比：这就是 β。带宽（大小 / 时间）对小消息很低，因为它们的时间都花在固定开销上；对大消息则趋于平稳。对 DDP 的启示是：**少数几次大的 all-reduce 比许多次小的更便宜。**这就是为什么 DDP 把梯度装进桶里，而不是对每个参数单独做 all-reduce。
 #
-# 在这台机器上，“网络”是回环接口：搬运字节是 CPU 的工作（经过操作系统内核的拷贝），而且由各 rank 共享的那几个核来完成。这对本次运行的影响如下：
+# 在这台机器上，“网络”是回环接口：搬运字节是 CPU 的工作（经过操作系统内核的拷贝），而且由各 rank 共享的那几个核心来完成。这对本次运行的影响如下：
 
 # %%
 from ddplab.config import cores
@@ -150,12 +151,12 @@ print(say(f"The small all-reduces (4 to 64 kB) took {1e6 * small[0]:.0f} µs at 
           f"This machine has {cores()} cores for the 4 ranks.",
           f"小的 all-reduce（4 到 64 kB）在 2 个 rank 时最快耗时 {1e6 * small[0]:.0f} µs，4 个 rank 时 {1e6 * small[1]:.0f} µs；"
           f"最大的（16 MB）分别为 {1e3 * large[0]:.1f} ms 和 {1e3 * large[1]:.1f} ms（{large[1] / large[0]:.2f} 倍）。"
-          f"这台机器有 {cores()} 个核供 4 个 rank 使用。"))
+          f"这台机器有 {cores()} 个核心供 4 个 rank 使用。"))
 if small[1] > 1.3 * small[0]:
     print(say(f"α grew with the ranks ({small[1] / small[0]:.1f}x): a ring of 4 passes data on in 6 steps where 2 ranks "
               "need 2, and each step waits for a process that must be woken up and given a core.",
               f"α 随 rank 数增大（{small[1] / small[0]:.1f} 倍）：4 个 rank 的环要传 6 步，2 个 rank 只要 2 步，而每一步"
-              "都要等待一个进程被唤醒并分到 CPU 核。"))
+              "都要等待一个进程被唤醒并分到 CPU 核心。"))
 else:
     print(say("α hardly grew from 2 to 4 ranks this time, although a ring of 4 has 6 steps where 2 ranks have 2: "
               "the fixed cost of a call (system calls, waking a process) dominated both.",
@@ -165,7 +166,7 @@ if large[1] > 1.7 * large[0]:
     print(say(f"For 16 MB, 4 ranks took more than the ring's 1.5x of 2 ranks' time: each rank's bytes are copied by "
               f"the CPU, and 4 ranks on {cores()} cores each get less of it than 2 ranks do.",
               f"对 16 MB，4 个 rank 的耗时超过了环形算法预测的 2 个 rank 的 1.5 倍：每个 rank 的字节都要由 CPU 来拷贝，"
-              f"而 4 个 rank 分 {cores()} 个核，每个分到的 CPU 比 2 个 rank 时少。"))
+              f"而 4 个 rank 分 {cores()} 个核心，每个分到的 CPU 比 2 个 rank 时少。"))
 elif large[1] >= 1.3 * large[0]:
     print(say("For 16 MB, 4 ranks took about the ring's 1.5x of 2 ranks' time: for large messages the time is the "
               "bytes each rank sends, 2(N-1)/N of the tensor.",
@@ -259,7 +260,7 @@ draw.bars(None, panels=[
 # %% [markdown] lang=zh
 # 桶按梯度就绪的顺序（最后一层的最先）装入完整的梯度，装入的量至少达到上限时就封口。一个张量永远不会被拆到两个桶里。这里的两个大权重矩阵（512×512：1 MiB；784×512：1.5 MiB）各自就能让一个桶达到 0.1 MiB 或 1 MiB 的上限，所以这两种上限得到的都是同样的 2 个桶。0.01 MiB 还会在很小的最后一层之后就让一个桶封口，而 25 MiB 的桶能装下全部梯度。（默认设置在这里也是 2 个桶：它的第一个桶装入 512×512 矩阵时达到 1 MiB 的上限。）
 #
-# 有两种效应把耗时往相反的方向拉。每多一次 all-reduce，就要再付一次 α，而在回环接口上 α 很大（第 1 部分）。桶越小，通信越能与反向计算的其余部分重叠，但当计算和通信都由同样的几个核来完成时，这几乎没有好处。只有当通信在自己的硬件上进行（GPU 的拷贝引擎和网络）、同时 CPU 核在计算时，重叠才划算。本次运行的结果：
+# 有两种效应把耗时往相反的方向拉。每多一次 all-reduce，就要再付一次 α，而在回环接口上 α 很大（第 1 部分）。桶越小，通信越能与反向计算的其余部分重叠，但当计算和通信都由同样的几个核心来完成时，这几乎没有好处。只有当通信在自己的硬件上进行（GPU 的拷贝引擎和网络）、同时 CPU 核心在计算时，重叠才划算。本次运行的结果：
 
 # %%
 times = {cap: 1e3 * b[2] for cap, b in buckets.items()}
@@ -276,7 +277,7 @@ elif calls[fastest] == min(calls.values()):
               "call pays α, and overlapping gains little when the same cores compute and communicate.",
               f"all-reduce 最少的胜出：bucket_cap_mb={fastest:g}（每步 {calls[fastest]} 次）耗时 {times[fastest]:.1f} ms，比最慢的 "
               f"{slowest:g}（每步 {calls[slowest]} 次，{times[slowest]:.1f} ms）少 {spread:.0%}。每次调用都要付 α，而计算和通信由"
-              "同样的核完成时，重叠几乎没有好处。"))
+              "同样的核心完成时，重叠几乎没有好处。"))
 else:
     print(say(f"bucket_cap_mb={fastest:g} ({calls[fastest]} all-reduces per step) was fastest, {times[fastest]:.1f} ms against "
               f"{times[slowest]:.1f} ms for {slowest:g}: starting communication earlier, overlapped with the rest of the "
@@ -628,7 +629,7 @@ print(say(f"the ranks first read the new value at their steps {seen_at}; all swi
           f"各 rank 第一次读到新值是在各自的第 {seen_at} 步；所有 rank 在第 {switched} 步一起切换"))
 if len(set(seen_at)) > 1:
     print(say("had each used its own reading, some would have sent bf16 while others sent float32: a collective mismatch",
-              "如果每个 rank 都用自己读到的值，就会有的 rank 发送 bf16、有的发送 float32：集合通信错配"))
+              "如果每个 rank 都用自己读到的值，就会有的 rank 发送 bf16、有的发送 float32：集合通信不匹配"))
 else:
     print(say("this time every rank read it at the same step, by luck: run it again and tick the box yourself",
               "这一次各 rank 碰巧在同一步读到新值：再运行一次，自己勾选试试"))
@@ -648,7 +649,7 @@ else:
               "memory copy, the casts to bf16 and back cost more than the halved bytes saved (or other programs took "
               "the cores). Between machines, where bytes are slow, halving them pays off.",
               f"bf16 的步反而更慢（耗时为 {bf16_ms / plain_ms:.2f} 倍）：在回环接口上，“网络”就是一次内存拷贝，与 "
-              "bf16 之间来回转换的开销超过了字节减半省下的时间（或者是其他程序占用了 CPU 核）。在机器之间，字节传得"
+              "bf16 之间来回转换的开销超过了字节减半省下的时间（或者是其他程序占用了 CPU 核心）。在机器之间，字节传得"
               "慢，减半就划算了。"))
 steps = per_rank[0].array("step")
 draw.lines(None, panels=[
@@ -736,7 +737,7 @@ else:
     print(say(f"With half the bytes the all-reduces took longer ({ratio:.2f}x the time): the casts to bf16 and back cost "
               "more than the halved bytes saved on loopback, or other programs took the cores.",
               f"字节减半后，all-reduce 反而更慢了（耗时为原来的 {ratio:.2f} 倍）：在回环接口上，与 bf16 之间来回转换"
-              "的开销超过了字节减半省下的时间，或者是其他程序占用了 CPU 核。"))
+              "的开销超过了字节减半省下的时间，或者是其他程序占用了 CPU 核心。"))
 label = {False: "float32", True: "bf16"}
 draw.bars(None, panels=[
     dict(values={f"{say('bucket', '桶')} {b}\n{label[c]}": alone[b, c] for b in (0, 1) for c in (False, True)},
@@ -761,19 +762,20 @@ draw.bars(None, panels=[
 # Write your answer in place of `...` and run the cell: `check` says whether it is right for this
 # run, and why.
 #
-# **12.1** In a ring all-reduce of N ranks, how many bytes does each rank send? Give the number of
-# MB each of the 4 ranks sent for part 1's largest message (16 MB). Answer with a number (MB).
+# **12.1** In a ring all-reduce of N ranks, how many bytes does each rank send (part 1)? Part 1's
+# largest message was 16 MB. How many MB would each rank send to all-reduce it on **3** ranks? Answer
+# with a number (MB).
 
 # %% [markdown] lang=zh
 # ## 练习
 #
 # 把 `...` 换成你的答案并运行单元格：`check` 会告诉你，对这次运行来说答案对不对，以及为什么。
 #
-# **12.1** 在 N 个 rank 的环形 all-reduce 中，每个 rank 发送多少字节？对第 1 部分最大的消息（16 MB），4 个 rank 中的每一个发送了多少 MB？请写一个数（单位 MB）。
+# **12.1** 在 N 个 rank 的环形 all-reduce 中，每个 rank 发送多少字节（第 1 部分）？第 1 部分最大的消息是 16 MB。在 **3** 个 rank 上对它做 all-reduce，每个 rank 要发送多少 MB？请写一个数（单位 MB）。
 
 # %%
-answer = ...    # MB each of the 4 ranks sent for the 16 MB all-reduce
-check("12.1", answer, nbytes=nbytes[-1], ranks=4)
+answer = ...    # MB each of 3 ranks would send to all-reduce the 16 MB message
+check("12.1", answer, nbytes=nbytes[-1], ranks=3)
 
 # %% [markdown]
 # **12.2** Predict from your fit of part 1: how long would one all-reduce of 64 MB take on the 4

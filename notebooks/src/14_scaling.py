@@ -15,7 +15,7 @@
 # - the difference between weak scaling (the same batch per rank) and strong scaling (the same global batch), and why strong scaling stops sooner
 # - why ranks beyond the machine's cores add no speed: each rank computes on a core, and extra ranks take turns
 # - how the timeline's breakdown (compute, comm, wait) shows what communication costs at each size
-# - how to predict a speed-up with Amdahl's law from the measured communication time
+# - how to predict a speed-up from the measured communication time, a fixed cost per step that distributing adds (and why that is not Amdahl's law)
 #
 # **Study time:** about 35 minutes
 #
@@ -28,14 +28,14 @@
 # %% [markdown] lang=zh
 # # 第 14 课 · 扩展性：1、2、4 个 rank
 #
-# **简而言之**：用 DDP 在 1 个、2 个、再到 4 个 rank 上训练同一个模型，测量整个组每秒处理多少样本，并计算**加速比**（N 个 rank 的样本/秒 ÷ 1 个 rank 的样本/秒）和**并行效率**（加速比 ÷ N：1.0 为完美）。主要的测量是*弱扩展*：每个 rank 的批次始终是 512 个样本，所以全局批次随 N 增大（一个 DDP 训练分到更多 GPU 时通常就是这样做的）。作为对照，还测*强扩展*：全局批次固定为 512，分给 N 个 rank。然后根据你自己测得的数字，找出加速比在哪里停止增长、为什么停止：这台机器给各 rank 提供了多少个 CPU 核，以及时间线显示每一步有多少时间花在通信上。
+# **简而言之**：用 DDP 在 1 个、2 个、再到 4 个 rank 上训练同一个模型，测量整个组每秒处理多少样本，并计算**加速比**（N 个 rank 的样本/秒 ÷ 1 个 rank 的样本/秒）和**并行效率**（加速比 ÷ N：1.0 为完美）。主要的测量是*弱扩展*：每个 rank 的批次始终是 512 个样本，所以全局批次随 N 增大（一个 DDP 训练分到更多 GPU 时通常就是这样做的）。作为对照，还测*强扩展*：全局批次固定为 512，分给 N 个 rank。然后根据你自己测得的数字，找出加速比在哪里停止增长、为什么停止：这台机器给各 rank 提供了多少个 CPU 核心，以及时间线显示每一步有多少时间花在通信上。
 #
 # **你将学到**
 # - 怎样测量一次 DDP 训练在 1、2、4 个 rank 上的吞吐量、加速比和并行效率
 # - 弱扩展（每个 rank 的批次不变）与强扩展（全局批次不变）的区别，以及为什么强扩展更早停止增长
-# - 为什么超出机器核数的 rank 不再带来任何加速：每个 rank 都要在一个核上计算，多出来的 rank 只能轮流使用这些核
+# - 为什么超出机器核心数的 rank 不再带来任何加速：每个 rank 都要在一个核心上计算，多出来的 rank 只能轮流使用这些核心
 # - 时间线的分解（计算、通信、等待）怎样显示每种规模下通信的代价
-# - 怎样根据测得的通信时间，用 Amdahl 定律预测加速比
+# - 怎样根据测得的通信时间预测加速比：通信是分布式训练每一步额外加上的固定开销（以及为什么这不是 Amdahl 定律）
 #
 # **学习时间**：约 35 分钟
 #
@@ -61,21 +61,21 @@ from ddplab.lessons import check, draw, say
 # %% [markdown] lang=zh
 # ## 1. 这台机器
 #
-# 一个 rank 就是一个进程，而一个进程在同一时刻只在一个核上计算（这里每个 rank 只有一个 torch 线程，见下文）。所以首先要知道的数字是：各 rank 能分到多少个核。`os.cpu_count()` 统计机器上有多少个 CPU；`os.sched_getaffinity(0)` 给出允许这个进程运行的 CPU；容器还可能通过 CPU 配额允许得更少，ddplab 的 `cores()` 也会读取这个配额。
+# 一个 rank 就是一个进程，而一个进程在同一时刻只在一个核心上计算（这里每个 rank 只有一个 torch 线程，见下文）。所以首先要知道的数字是：各 rank 能分到多少个核心。`os.cpu_count()` 统计机器上有多少个 CPU；`os.sched_getaffinity(0)` 给出允许这个进程运行的 CPU；容器还可能通过 CPU 配额允许得更少，ddplab 的 `cores()` 也会读取这个配额。
 
 # %%
 listed = os.cpu_count()
 allowed = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else listed
 usable = cores()                            # the affinity, capped by a container's CPU quota
 print(say(f"os.cpu_count() = {listed}; len(os.sched_getaffinity(0)) = {allowed}; usable cores: {usable}",
-          f"os.cpu_count() = {listed}；len(os.sched_getaffinity(0)) = {allowed}；可用的核：{usable} 个"))
+          f"os.cpu_count() = {listed}；len(os.sched_getaffinity(0)) = {allowed}；可用的核心：{usable} 个"))
 for n in (1, 2, 4):
     if n <= usable:
         print(say(f"{n} ranks: a core each" if n > 1 else "1 rank: a core of its own",
-                  f"{n} 个 rank：每个 rank 独占一个核" if n > 1 else "1 个 rank：独占一个核"))
+                  f"{n} 个 rank：每个 rank 独占一个核心" if n > 1 else "1 个 rank：独占一个核心"))
     else:
         print(say(f"{n} ranks: {usable} core{'s' * (usable > 1)} for {n} ranks, about {usable / n:.2g} of a core each",
-                  f"{n} 个 rank：{n} 个 rank 共用 {usable} 个核，每个 rank 大约分到 {usable / n:.2g} 个核"))
+                  f"{n} 个 rank：{n} 个 rank 共用 {usable} 个核心，每个 rank 大约分到 {usable / n:.2g} 个核心"))
 
 # %% [markdown]
 # ## 2. The same training on 1, 2 and 4 ranks
@@ -111,7 +111,7 @@ for n in (1, 2, 4):
 #
 # 只有 1 个 rank 时，两者是同一次运行。rank 上运行的代码写在字符串 `WEAK` 里，这样在每种规模下运行的都是完全相同的代码：循环先启动一个有 N 个 rank 的进程池，像 `%%ddp` 单元格那样在上面运行 `WEAK`（然后运行 `STRONG`），保存弱扩展那次运行的时间线和计时，再在换下一种规模之前停止进程池（最后一种规模，即 4 个 rank 的进程池，留给练习使用）。这些进程池不显示仪表盘（`--no-dashboard`）：三个进程池都在同一个单元格里启动，否则每个都会在里面画一个仪表盘。
 #
-# 每个进程池都用 `--threads 1` 启动。默认情况下，ddplab 给每个 rank 的 torch 线程数是机器的核数除以 rank 数：这样单独一个 rank 就会通过 torch 自己的线程用上所有的核，比较的就成了线程与进程。每个 rank 只有一个线程时，N 个 rank 要求的就是 N 个核。
+# 每个进程池都用 `--threads 1` 启动。默认情况下，ddplab 给每个 rank 的 torch 线程数是机器的核心数除以 rank 数：这样单独一个 rank 就会通过 torch 自己的线程用上所有的核心，比较的就成了线程与进程。每个 rank 只有一个线程时，N 个 rank 要求的就是 N 个核心。
 
 # %%
 B, STEPS = 512, 40                          # samples per rank and step (weak scaling); steps timed
@@ -192,7 +192,7 @@ picture = draw.lines(None, panels=[
                  say("strong", "强扩展"): (sizes, [rate["strong"][n] for n in sizes]),
                  say("ideal: N × 1 rank", "理想：1 个 rank 的 N 倍"): (sizes, [n * rate["weak"][1] for n in sizes])},
          xlabel=say("ranks", "rank 数"), ylabel=say("samples/s", "样本/秒"),
-         title=say(f"Throughput ({usable} usable cores)", f"吞吐量（{usable} 个可用的核）")),
+         title=say(f"Throughput ({usable} usable cores)", f"吞吐量（{usable} 个可用的核心）")),
     dict(series={say("weak", "弱扩展"): (sizes, [efficiency["weak"][n] for n in sizes]),
                  say("strong", "强扩展"): (sizes, [efficiency["strong"][n] for n in sizes]),
                  say("ideal", "理想"): (sizes, [1.0] * len(sizes))},
@@ -219,7 +219,7 @@ for n in sizes[1:]:  # with a core per rank, more ranks should do more: unless s
         print(say(f"{n} ranks had a core each, yet did no more than {n // 2}: other programs were using the cores "
                   "during this run (the rest of this lesson reads its numbers as they are; run it again on an idle "
                   "machine to see the gain).",
-                  f"{n} 个 rank 各有一个核，做的却没有比 {n // 2} 个 rank 多：这次运行时有别的程序在占用这些核（本课其余部分"
+                  f"{n} 个 rank 各有一个核心，做的却没有比 {n // 2} 个 rank 多：这次运行时有别的程序在占用这些核心（本课其余部分"
                   "照实解读这些数字；在空闲的机器上再运行一次，就能看到收益）。"))
 # the same 2.7 MB all-reduced per step, for less compute per rank: strong scaling is less efficient
 assert efficiency["strong"][top] < efficiency["weak"][top], efficiency
@@ -255,7 +255,7 @@ else:
 # rate for the larger batch).
 
 # %% [markdown] lang=zh
-# > **常见说法：**“N 个 rank 的训练速度是 1 个 rank 的 N 倍。” **实际情况：**被分摊的只有计算。每一步还要 all-reduce 整个梯度，这里是 2.7 MB，无论是 2 个 rank 还是 1,000 个 rank 都一样；而且每个 rank 都需要一个自己的核（或一块 GPU）来计算。并行效率显示损失了多少；这一课余下的部分找出损失在了哪里。
+# > **常见说法：**“N 个 rank 的训练速度是 1 个 rank 的 N 倍。” **实际情况：**被分摊的只有计算。每一步还要 all-reduce 整个梯度，这里是 2.7 MB，无论是 2 个 rank 还是 1,000 个 rank 都一样；而且每个 rank 都需要一个自己的核心（或一块 GPU）来计算。并行效率显示损失了多少；这一课余下的部分找出损失在了哪里。
 #
 # 强扩展损失得更多，也更早：N 越大，每个 rank 分到的那份批次越小，它每一步的计算也越少，而 all-reduce 的大小不变。弱扩展保持每个 rank 的计算量不变，所以通信在每一步中所占的比例更小。这就是为什么数据并行的训练会随着 GPU 数增大全局批次（然后通常还要为更大的批次调整学习率）。
 
@@ -331,7 +331,7 @@ timelines[top]
 # (copies through loopback), done on the same cores. What this run says:
 
 # %% [markdown] lang=zh
-# 有两样东西会让加速比停止增长。**CPU 核**：一个 rank 在一个核上计算；rank 比核多时，各 rank 只能轮流使用这些核，于是每个 rank 每一步的计算时间大约变为原来的（rank 数 ÷ 核数）倍，整个组每秒完成的工作并不比每个 rank 独占一个核时多。**通信**：每一步都要加上一次 all-reduce，而它不会随着 rank 增多而缩短（在环形算法中，每个 rank 发送的数据量是梯度大小的 2(N−1)/N 倍：见第 12 课）。在这台机器上，all-reduce 本身也是 CPU 的工作（经过回环接口的拷贝），由同样的这几个核来完成。本次运行的结果：
+# 有两样东西会让加速比停止增长。**CPU 核心**：一个 rank 在一个核心上计算；rank 比核心多时，各 rank 只能轮流使用这些核心，于是每个 rank 每一步的计算时间大约变为原来的（rank 数 ÷ 核心数）倍，整个组每秒完成的工作并不比每个 rank 独占一个核心时多。**通信**：每一步都要加上一次 all-reduce，而它不会随着 rank 增多而缩短（在环形算法中，每个 rank 发送的数据量是梯度大小的 2(N−1)/N 倍：见第 12 课）。在这台机器上，all-reduce 本身也是 CPU 的工作（经过回环接口的拷贝），由同样的这几个核心来完成。本次运行的结果：
 
 # %%
 grew = per_step[top]["compute"] / per_step[1]["compute"]
@@ -343,7 +343,7 @@ for n in sizes[1:]:
 print(say(f"Compute per step: {per_step[1]['compute']:.1f} ms on 1 rank, {per_step[top]['compute']:.1f} ms on each of "
           f"{top} ranks ({grew:.2f}x); {top} ranks had {usable} usable core{'s' * (usable > 1)}.",
           f"每步的计算时间：1 个 rank 时为 {per_step[1]['compute']:.1f} 毫秒，{top} 个 rank 时每个 rank 为 "
-          f"{per_step[top]['compute']:.1f} 毫秒（是前者的 {grew:.2f} 倍）；{top} 个 rank 共有 {usable} 个可用的核。"))
+          f"{per_step[top]['compute']:.1f} 毫秒（是前者的 {grew:.2f} 倍）；{top} 个 rank 共有 {usable} 个可用的核心。"))
 if top > usable and grew > 1.3:
     limit = "cores"
     print(say(f"The cores are the limit here: {top} ranks on {usable} core{'s' * (usable > 1)} take turns, so each "
@@ -358,15 +358,15 @@ if top > usable and grew > 1.3:
               f"Hence the weak-scaling efficiency of {efficiency['weak'][top]:.2f} at {top} ranks. On a machine with "
               f"{top} or more cores, each rank would keep one rank's compute time and the speed-up would go on "
               f"growing, until communication stops it.",
-              f"在这里，限制来自 CPU 核：{top} 个 rank 轮流使用 {usable} 个核，所以每个 rank 每一步的计算时间是单独一个 "
-              f"rank 时的 {grew:.1f} 倍（如果各 rank 平分这些核，应为 {top / usable:.1f} 倍"
-              + ("；实际更少，因为一些 rank 在 all-reduce 中等待时，其他 rank 就能独占这些核"
+              f"在这里，限制来自 CPU 核心：{top} 个 rank 轮流使用 {usable} 个核心，所以每个 rank 每一步的计算时间是单独一个 "
+              f"rank 时的 {grew:.1f} 倍（如果各 rank 平分这些核心，应为 {top / usable:.1f} 倍"
+              + ("；实际更少，因为一些 rank 在 all-reduce 中等待时，其他 rank 就能独占这些核心"
                  if grew < 0.9 * top / usable else "")
               + "）。all-reduce 也随之变慢：每步的"
               f"通信和等待为 {per_step[top]['comm'] + per_step[top]['wait']:.1f} 毫秒，而 {top // 2} 个 rank 时只有 "
               f"{per_step[top // 2]['comm'] + per_step[top // 2]['wait']:.1f} 毫秒，因为环上的每一步都要等待一个得先重新分到"
-              f"核的 rank，而且拷贝也要用同样的核。所以 {top} 个 rank 时弱扩展的并行效率只有 {efficiency['weak'][top]:.2f}。"
-              f"在有 {top} 个或更多核的机器上，每个 rank 都能保持单独一个 rank 时的计算时间，加速比会继续增长，直到被"
+              f"核心的 rank，而且拷贝也要用同样的核心。所以 {top} 个 rank 时弱扩展的并行效率只有 {efficiency['weak'][top]:.2f}。"
+              f"在有 {top} 个或更多核心的机器上，每个 rank 都能保持单独一个 rank 时的计算时间，加速比会继续增长，直到被"
               f"通信限制为止。"))
 elif efficiency["weak"][top] < 0.8:
     limit = "communication"
@@ -377,13 +377,29 @@ elif efficiency["weak"][top] < 0.8:
               f"在这里，限制来自通信：每个 rank 基本保持了单独一个 rank 时的计算时间，但在 {top} 个 rank 时，通信和等待"
               f"占了每一步的 {share[top]:.0%}，所以并行效率只有 {efficiency['weak'][top]:.2f}。增大每个 rank 的批次（每发送"
               f"一个字节对应更多的计算）或使用更快的连接，都能提高它。"))
+elif top > usable:
+    limit = None
+    if grew < 1:
+        why = say("the 1-rank run was slower than it should be, most likely because other programs were using the "
+                  "cores while it ran. Run the lesson again on an idle machine to see the cores stop the scaling.",
+                  "1 个 rank 的那次运行比应有的慢，很可能是它运行时有别的程序在占用这些核心。在空闲的机器上再运行一次，"
+                  "就能看到核心数限制扩展。")
+    else:
+        why = say("while some ranks wait in an all-reduce, the others have the cores to themselves. With more ranks "
+                  "per core, or less waiting, the cores will show.",
+                  "一些 rank 在 all-reduce 中等待时，其他 rank 就能独占这些核心。每个核心上的 rank 再多一些，或者等待再少"
+                  "一些，核心数的限制就会显现出来。")
+    print(say(f"The {top} ranks shared {usable} core{'s' * (usable > 1)}, yet each rank's compute per step took only "
+              f"{grew:.2f}x one rank's alone (efficiency {efficiency['weak'][top]:.2f}): ",
+              f"{top} 个 rank 共用 {usable} 个核心，可是每个 rank 每一步的计算时间只是单独一个 rank 时的 {grew:.2f} 倍"
+              f"（并行效率 {efficiency['weak'][top]:.2f}）：") + why)
 else:
     limit = None
     print(say(f"Nothing stops the scaling yet at {top} ranks here: each rank had a core, and communication took "
               f"{share[top]:.0%} of a step, so the efficiency is {efficiency['weak'][top]:.2f}. With more ranks the "
               f"cores or the communication will show.",
-              f"在这里，到 {top} 个 rank 时扩展还没有受到限制：每个 rank 都有一个核，通信只占一步的 {share[top]:.0%}，"
-              f"所以并行效率为 {efficiency['weak'][top]:.2f}。rank 再多一些，核数或通信的限制就会显现出来。"))
+              f"在这里，到 {top} 个 rank 时扩展还没有受到限制：每个 rank 都有一个核心，通信只占一步的 {share[top]:.0%}，"
+              f"所以并行效率为 {efficiency['weak'][top]:.2f}。rank 再多一些，核心数或通信的限制就会显现出来。"))
 
 # %% [markdown]
 # > **Common claim:** "Start more ranks than cores: like threads, they will fill the gaps."
@@ -394,7 +410,7 @@ else:
 # > thread, or fewer ranks with more threads each, is the most a machine gives.
 
 # %% [markdown] lang=zh
-# > **常见说法：**“启动比核数更多的 rank：它们会像线程一样填满空隙。” **实际情况：**一个 rank 在它的一步中几乎一直在计算，并没有空隙可填。多出来的 rank 共用同样的核：每个 rank 算得更慢，而整个组还要为更大的环付出 all-reduce 的代价，环上的每一步都要等待那些得先重新分到核的进程（上面分解中的等待）。在 CPU 上训练时，每个核一个 rank、每个 rank 一个线程，或者更少的 rank、每个 rank 更多的线程，就是一台机器所能提供的全部。
+# > **常见说法：**“启动比核心数更多的 rank：它们会像线程一样填满空隙。” **实际情况：**一个 rank 在它的一步中几乎一直在计算，并没有空隙可填。多出来的 rank 共用同样的核心：每个 rank 算得更慢，而整个组还要为更大的环付出 all-reduce 的代价，环上的每一步都要等待那些得先重新分到核心的进程（上面分解中的等待）。在 CPU 上训练时，每个核心一个 rank、每个 rank 一个线程，或者更少的 rank、每个 rank 更多的线程，就是一台机器所能提供的全部。
 
 # %% [markdown]
 # ## Exercises
@@ -408,27 +424,32 @@ else:
 # 每道练习都根据你这次运行的数字来判断。把 `...` 换成你的答案，然后运行单元格。
 
 # %% [markdown]
-# **14.1** From the table, compute the weak-scaling **efficiency at 4 ranks** yourself: the
-# samples/s at 4 ranks, divided by the samples/s at 1 rank, divided by 4. Answer with a number
-# (e.g. 0.42).
+# **14.1** The table gives the weak-scaling efficiency: the samples/s at N ranks, divided by the
+# samples/s at 1 rank, divided by N. How many **samples/s** would the 4 ranks have had to process for a
+# weak-scaling efficiency of **0.9**, with this run's samples/s at 1 rank? Answer with a number of
+# samples per second.
 
 # %% [markdown] lang=zh
-# **14.1** 根据表格，自己计算 **4 个 rank 时弱扩展的并行效率**：4 个 rank 的样本/秒，除以 1 个 rank 的样本/秒，再除以 4。用一个数作答（例如 0.42）。
+# **14.1** 表格给出了弱扩展的并行效率：N 个 rank 的样本/秒，除以 1 个 rank 的样本/秒，再除以 N。按本次运行中 1 个 rank 的样本/秒，4 个 rank 每秒要处理多少个**样本**，弱扩展的并行效率才能达到 **0.9**？用每秒的样本数作答。
 
 # %%
-answer = ...    # the weak-scaling efficiency at 4 ranks
-check("14.1", answer, rates=rate["weak"])
+answer = ...    # samples/s at 4 ranks for a weak-scaling efficiency of 0.9
+check("14.1", answer, rates=rate["weak"], goal=0.9)
 
 # %% [markdown]
-# **14.2** Amdahl's law says that the part of the work that does not shrink with more workers caps
-# the speed-up. In strong scaling, a 1-rank step of T₁ seconds is cut into N pieces, but the
-# all-reduce, c seconds per step, does not shrink: a step on N ranks takes about T₁/N + c, and the
-# speed-up is **T₁ / (T₁/N + c) = 1 / (1/N + c/T₁)**. Predict the **strong-scaling speed-up at 2
-# ranks** from this run's step on 1 rank (T₁) and communication plus waiting on 2 ranks (c), both
-# printed in part 4. Answer with a number; the judge then compares it with what was measured.
+# **14.2** A simple model of strong scaling: a 1-rank step of T₁ seconds is cut into N pieces, but
+# distributing adds the all-reduce, c seconds per step, which does not shrink: a step on N ≥ 2 ranks
+# takes about T₁/N + c, and the speed-up is **T₁ / (T₁/N + c) = 1 / (1/N + c/T₁)**. This is not
+# Amdahl's law. Amdahl splits the 1-rank time itself into a part that shrinks with N and a part that
+# does not, T₁ · (s + (1 − s)/N), so its speed-up is exactly 1 at N = 1. Here c is not part of T₁: it
+# is a fixed cost that appears as soon as there is distribution, from 2 ranks on (put N = 1 in the
+# formula and it gives less than 1, for a c that one rank does not pay). Predict the **strong-scaling
+# speed-up at 2 ranks** from this run's step on 1 rank (T₁) and communication plus waiting on 2 ranks
+# (c), both printed in part 4. Answer with a number; the judge then compares it with what was
+# measured.
 
 # %% [markdown] lang=zh
-# **14.2** Amdahl 定律说：工作中不随处理器增多而缩短的那一部分，决定了加速比的上限。在强扩展中，1 个 rank 时耗时 T₁ 秒的一步被分成 N 份，但 all-reduce（每步 c 秒）不会缩短：N 个 rank 时一步大约耗时 T₁/N + c，加速比为 **T₁ / (T₁/N + c) = 1 / (1/N + c/T₁)**。根据本次运行中 1 个 rank 的一步（T₁）和 2 个 rank 时的通信加等待（c），两者都在第 4 部分打印出来了，预测 **2 个 rank 时强扩展的加速比**。用一个数作答；判断时还会把它和实测值作比较。
+# **14.2** 强扩展的一个简单模型：1 个 rank 时耗时 T₁ 秒的一步被分成 N 份，但分布式训练额外加上了 all-reduce（每步 c 秒），它不会缩短：N ≥ 2 个 rank 时一步大约耗时 T₁/N + c，加速比为 **T₁ / (T₁/N + c) = 1 / (1/N + c/T₁)**。这不是 Amdahl 定律。Amdahl 定律把 1 个 rank 的耗时本身分成随 N 缩短的部分和不缩短的部分，T₁ · (s + (1 − s)/N)，所以 N = 1 时它的加速比正好是 1。这里的 c 不是 T₁ 的一部分：它是一笔固定开销，只要是分布式训练（从 2 个 rank 起）就会出现（把 N = 1 代入公式，得到的值小于 1，因为算进了 1 个 rank 并不需要付出的 c）。根据本次运行中 1 个 rank 的一步（T₁）和 2 个 rank 时的通信加等待（c），两者都在第 4 部分打印出来了，预测 **2 个 rank 时强扩展的加速比**。用一个数作答；判断时还会把它和实测值作比较。
 
 # %%
 answer = ...    # 1 / (1/2 + c/T1), with T1 and c in the same unit
@@ -444,7 +465,7 @@ check("14.2", answer, T1=per_step[1]["step"], c=per_step[2]["comm"] + per_step[2
 # with a number of samples per second.
 
 # %% [markdown] lang=zh
-# **14.3** 假设这台机器给 4 个 rank 每个都配一个核。那么每个 rank 的计算速度都和单独一个 rank 时一样快，一步的耗时大约就是单独一个 rank 的计算时间，加上 4 个 rank 时测得的通信时间（不计等待：每个 rank 都有自己的核时，不会有 rank 因为别的 rank 占用了它的核而被拖住）。估计在这样一台机器上 **4 个 rank 时弱扩展的样本/秒**：4 × 512 个样本 ÷（1 个 rank 的计算时间 + 4 个 rank 的通信时间），时间取自第 4 部分，换算成秒。用每秒的样本数作答。
+# **14.3** 假设这台机器给 4 个 rank 每个都配一个核心。那么每个 rank 的计算速度都和单独一个 rank 时一样快，一步的耗时大约就是单独一个 rank 的计算时间，加上 4 个 rank 时测得的通信时间（不计等待：每个 rank 都有自己的核心时，不会有 rank 因为别的 rank 占用了它的核心而被拖住）。估计在这样一台机器上 **4 个 rank 时弱扩展的样本/秒**：4 × 512 个样本 ÷（1 个 rank 的计算时间 + 4 个 rank 的通信时间），时间取自第 4 部分，换算成秒。用每秒的样本数作答。
 
 # %%
 answer = ...    # samples/s at 4 ranks with a core per rank
@@ -457,11 +478,11 @@ check("14.3", answer, B=B, compute1=per_step[1]["compute"], comm4=per_step[top][
 # the 2-rank numbers of part 4? Answer with a whole number of samples.
 
 # %% [markdown] lang=zh
-# **14.4** 2 个 rank 时弱扩展的并行效率，大约等于每一步的“计算 ÷（计算 + 通信与等待）”。计算时间与每个 rank 的批次大小成正比；all-reduce 则不随它变化。根据第 4 部分中 2 个 rank 的数字，每个 rank 的**批次**多大，才能让 2 个 rank 时的并行效率达到约 **0.9**？用一个整数（样本数）作答。
+# **14.4** 2 个 rank 时弱扩展的并行效率，大约等于每一步的“计算 ÷（计算 + 通信与等待）”。计算时间与每个 rank 的批大小成正比；all-reduce 则不随它变化。根据第 4 部分中 2 个 rank 的数字，每个 rank 的**批次**多大，才能让 2 个 rank 时的并行效率达到约 **0.9**？用一个整数（样本数）作答。
 
 # %%
 answer = ...    # samples per rank for an efficiency of about 0.9 at 2 ranks
-check("14.4", answer, B=B, compute2=per_step[2]["compute"], comm2=per_step[2]["comm"] + per_step[2]["wait"])
+check("14.4", answer, B=B, compute2=per_step[2]["compute"], comm2=per_step[2]["comm"], wait2=per_step[2]["wait"])
 
 # %%
 %ddp_stop

@@ -413,29 +413,45 @@ stacked([dict(bars=bars, parts={"files": say("files (libraries, program)", "文�
 # **ZeRO** (Zero Redundancy Optimizer, from DeepSpeed) removes the copies in three stages; each rank keeps
 # only its 1/N share of:
 #
-# - **ZeRO-1**: the optimizer state. Each rank updates only its share of the parameters, then sends the
-#   updated parameters to the others.
+# - **ZeRO-1**: the optimizer state. Each rank updates only its share of the parameters, then the
+#   updated parameters are all-gathered, so that every rank has all of them again.
 # - **ZeRO-2**: the optimizer state and the gradients. The gradients are reduce-scattered instead of
 #   all-reduced: each rank receives the summed gradients of its own share only.
 # - **ZeRO-3**: the optimizer state, the gradients and the parameters. A layer's parameters are
-#   all-gathered just before the layer runs (forward and backward) and freed after. PyTorch's **FSDP**
-#   (`FullyShardedDataParallel` with `ShardingStrategy.FULL_SHARD`, or `fully_shard`) does this.
+#   all-gathered just before the layer runs (forward and backward) and freed after. PyTorch's **FSDP2**,
+#   `fully_shard` (`from torch.distributed.fsdp import fully_shard`), does this; lesson 19 runs it.
+#   (The older FSDP1, `FullyShardedDataParallel` with `ShardingStrategy.FULL_SHARD`, is deprecated in its
+#   favour.)
+#
+# **What they communicate.** The ZeRO paper counts the bytes of a step in units of Ψ, the model's
+# parameters. DDP's all-reduce is a reduce-scatter followed by an all-gather (lesson 13's ring), about Ψ
+# each ((N−1)/N · Ψ exactly): 2Ψ per rank and step. ZeRO-1 and ZeRO-2 keep that volume: they reduce-scatter the gradients
+# (each rank needs the sums of its own share only), update their share, and all-gather the updated
+# parameters: Ψ + Ψ, the same 2Ψ as DDP. Only ZeRO-3 costs more, 3Ψ (1.5 times DDP's): the parameters
+# are all-gathered in the forward and again in the backward, and the gradients reduce-scattered.
 #
 # From the figures measured with Adam (*p*, *g*, *s*: a rank's parameters, gradients and optimizer
 # state), a rank holds p + g + s with DDP, p + g + s/N with ZeRO-1, p + (g + s)/N with ZeRO-2 and
-# (p + g + s)/N with ZeRO-3. (These are the *model states*, as the ZeRO paper counts them. Buckets and
-# the gathered layers of ZeRO-3 are working buffers on top, as are activations.)
+# (p + g + s)/N with ZeRO-3. These are what the ZeRO paper calls the *model states* (buckets, the
+# gathered layers of ZeRO-3 and the activations are working memory on top). The paper counts their
+# bytes for mixed-precision training, though: with Adam, 2 + 2 + 12 = 16 bytes per parameter, for the
+# fp16 parameters (2), the fp16 gradients (2) and an fp32 master copy of the parameters, Adam's momentum
+# and its variance (4 + 4 + 4 = 12). This lesson trains in float32: 4 + 4 + 8 = 16 bytes per parameter,
+# for the parameters, the gradients and Adam's two states. The totals happen to be the same; the parts
+# are not: what ZeRO-1 shards is 12 of the paper's 16 bytes, and 8 of this lesson's.
 
 # %% [markdown] lang=zh
 # ## 3. ZeRO 和 FSDP 分片什么
 #
 # 使用 DDP 时，所有 N 个 rank 持有同样的参数、梯度和优化器状态：每样都有 N 份。**ZeRO**（Zero Redundancy Optimizer，零冗余优化器，出自 DeepSpeed）分三个阶段去掉这些副本；每个 rank 只保留下面这些张量中属于自己的 1/N：
 #
-# - **ZeRO-1**：优化器状态。每个 rank 只更新属于自己的那一份参数，然后把更新后的参数发给其他 rank。
+# - **ZeRO-1**：优化器状态。每个 rank 只更新属于自己的那一份参数，然后用 all-gather 收集更新后的参数，让每个 rank 重新拥有全部参数。
 # - **ZeRO-2**：优化器状态和梯度。梯度不再做 all-reduce，而是做 reduce-scatter：每个 rank 只收到属于自己那一份的梯度之和。
-# - **ZeRO-3**：优化器状态、梯度和参数。一层的参数在这一层运行（前向和反向）之前才用 all-gather 收集起来，用完就释放。PyTorch 的 **FSDP**（`FullyShardedDataParallel` 配合 `ShardingStrategy.FULL_SHARD`，或者 `fully_shard`）做的就是这个。
+# - **ZeRO-3**：优化器状态、梯度和参数。一层的参数在这一层运行（前向和反向）之前才用 all-gather 收集起来，用完就释放。PyTorch 的 **FSDP2**，即 `fully_shard`（`from torch.distributed.fsdp import fully_shard`），做的就是这个；第 19 课会实际运行它。（较早的 FSDP1，即 `FullyShardedDataParallel` 配合 `ShardingStrategy.FULL_SHARD`，已被弃用，由它取代。）
 #
-# 根据 Adam 下的实测值（*p*、*g*、*s*：一个 rank 的参数、梯度和优化器状态），一个 rank 持有的字节数为：DDP 是 p + g + s，ZeRO-1 是 p + g + s/N，ZeRO-2 是 p + (g + s)/N，ZeRO-3 是 (p + g + s)/N。（这些是 ZeRO 论文所说的*模型状态*。桶和 ZeRO-3 收集起来的层是额外的工作缓冲区，激活值也一样。）
+# **它们通信多少。** ZeRO 论文以 Ψ（模型的参数量）为单位统计一步的通信量。DDP 的 all-reduce 就是一次 reduce-scatter 加一次 all-gather（第 13 课的环），各约为 Ψ（准确地说是 (N−1)/N · Ψ）：每个 rank 每步 2Ψ。ZeRO-1 和 ZeRO-2 保持这个通信量：它们对梯度做 reduce-scatter（每个 rank 只需要自己那一份的梯度之和），更新自己的那一份，再对更新后的参数做 all-gather：Ψ + Ψ，与 DDP 一样是 2Ψ。只有 ZeRO-3 的通信更多，为 3Ψ（是 DDP 的 1.5 倍）：参数在前向中 all-gather 一次，在反向中再 all-gather 一次，梯度再做一次 reduce-scatter。
+#
+# 根据 Adam 下的实测值（*p*、*g*、*s*：一个 rank 的参数、梯度和优化器状态），一个 rank 持有的字节数为：DDP 是 p + g + s，ZeRO-1 是 p + g + s/N，ZeRO-2 是 p + (g + s)/N，ZeRO-3 是 (p + g + s)/N。这些就是 ZeRO 论文所说的*模型状态*（桶、ZeRO-3 收集起来的层以及激活值，是另外的工作内存）。不过论文统计的是混合精度训练的字节数：使用 Adam 时每个参数 2 + 2 + 12 = 16 字节，即 fp16 参数（2）、fp16 梯度（2），以及参数的 fp32 主副本、Adam 的动量和方差（4 + 4 + 4 = 12）。这一课用 float32 训练：每个参数 4 + 4 + 8 = 16 字节，即参数、梯度和 Adam 的两份状态。两者的总数碰巧相同，组成却不同：ZeRO-1 分片的是论文那 16 字节中的 12 字节，而在这一课中是 8 字节。
 
 # %%
 adam = held["Adam"].iloc[0]                         # every rank holds the same (checked in part 1)
@@ -472,7 +488,8 @@ draw.lines(None, panels=[dict(
 # share of the parameter tensors: sorted from largest to smallest, each goes to the rank with the
 # fewest parameters so far. A tensor is never split. Each rank's own optimizer (`opt.optim`, here an
 # `Adam`) updates its share only, so it holds state for that share only; after every step each rank
-# broadcasts its updated parameters to the others. DDP still all-reduces the whole gradients.
+# broadcasts its updated parameters to the others. DDP is left as it is: it still all-reduces the whole
+# gradients, so every rank receives the sums of all of them, though it updates only its share.
 #
 # The wrapper keeps no state of its own: ddplab's memory count looks inside it and counts the state of
 # this rank's Adam (`opt.optim`, named `shard` below to look at its share).
@@ -482,7 +499,7 @@ draw.lines(None, panels=[dict(
 #
 # ### 在各 rank 上运行 ZeRO-1：`ZeroRedundancyOptimizer`
 #
-# `torch.distributed.optim.ZeroRedundancyOptimizer` 包装一个优化器类，并把参数张量分给各个 rank：按从大到小排序，每个张量交给目前参数最少的那个 rank。一个张量从不被拆开。每个 rank 自己的优化器（`opt.optim`，这里是一个 `Adam`）只更新属于自己的那一份，所以也只为这一份保存状态；每一步之后，每个 rank 把自己更新过的参数广播给其他 rank。DDP 仍然对全部梯度做 all-reduce。
+# `torch.distributed.optim.ZeroRedundancyOptimizer` 包装一个优化器类，并把参数张量分给各个 rank：按从大到小排序，每个张量交给目前参数最少的那个 rank。一个张量从不被拆开。每个 rank 自己的优化器（`opt.optim`，这里是一个 `Adam`）只更新属于自己的那一份，所以也只为这一份保存状态；每一步之后，每个 rank 把自己更新过的参数广播给其他 rank。DDP 保持原样：它仍然对全部梯度做 all-reduce，所以每个 rank 都收到全部梯度之和，尽管它只更新自己的那一份。
 #
 # 包装器本身不保存状态：ddplab 统计内存时会看进它的内部，统计这个 rank 的 Adam（`opt.optim`，下面起名为 `shard`，用来查看它负责的那一份）的状态。
 
@@ -529,12 +546,19 @@ stacked([dict(bars={"DDP + Adam": {k: adam[k] / 1e6 for k in parts},
 # Adam state fell to about 1/N, but its parameters, gradients and buckets stayed whole, so what each rank
 # holds fell far less (printed above). With plain SGD, which keeps no state, ZeRO-1 would save nothing.
 # And the shares are whole tensors: they are equal here because the 16 tensors split evenly (8 weights and
-# 8 biases over 4 ranks); a model with one huge tensor would leave one rank with most of the state. The
-# savings are not free either: after every step each parameter is broadcast from the rank that updated it
-# (`_sync_params` in torch's `zero_redundancy_optimizer.py`), on top of DDP's all-reduce of the gradients.
+# 8 biases over 4 ranks); a model with one huge tensor would leave one rank with most of the state.
+#
+# The extra communication, too, is torch's, not ZeRO-1's. Here, after every step each parameter is
+# broadcast from the rank that updated it (`_sync_params` in torch's `zero_redundancy_optimizer.py`), on
+# top of DDP's all-reduce of the whole gradients: about 2Ψ + Ψ = 3Ψ per step. That is how
+# `ZeroRedundancyOptimizer` works, a wrapper around an optimizer that leaves DDP untouched. ZeRO-1 as the
+# paper describes it replaces DDP's all-reduce by a reduce-scatter of the gradients and an all-gather of
+# the updated parameters: 2Ψ, no more than DDP (part 3).
 
 # %% [markdown] lang=zh
-# **常见说法 / 实际情况。** 一种常见的说法是：ZeRO-1 把一个 rank 的内存减少到原来的 1/N。实际情况是：它只把*优化器状态*减少到 1/N，其他都不变。在这次运行中，每个 rank 的 Adam 状态减少到大约 1/N，但参数、梯度和桶都还是完整的，所以每个 rank 持有的总量下降得少得多（见上面的输出）。对于不保存状态的普通 SGD，ZeRO-1 什么也省不下。而且分到各 rank 的是整个张量：这里各份相等，是因为 16 个张量正好能平均分给 4 个 rank（8 个权重和 8 个偏置）；如果模型中有一个特别大的张量，某一个 rank 就会持有大部分状态。省下内存也不是没有代价的：每一步之后，每个参数都要由更新它的那个 rank 广播出去（torch 的 `zero_redundancy_optimizer.py` 中的 `_sync_params`），这是在 DDP 对梯度做的 all-reduce 之外额外的通信。
+# **常见说法 / 实际情况。** 一种常见的说法是：ZeRO-1 把一个 rank 的内存减少到原来的 1/N。实际情况是：它只把*优化器状态*减少到 1/N，其他都不变。在这次运行中，每个 rank 的 Adam 状态减少到大约 1/N，但参数、梯度和桶都还是完整的，所以每个 rank 持有的总量下降得少得多（见上面的输出）。对于不保存状态的普通 SGD，ZeRO-1 什么也省不下。而且分到各 rank 的是整个张量：这里各份相等，是因为 16 个张量正好能平均分给 4 个 rank（8 个权重和 8 个偏置）；如果模型中有一个特别大的张量，某一个 rank 就会持有大部分状态。
+#
+# 多出来的通信也是 torch 的实现带来的，而不是 ZeRO-1 本身的。在这里，每一步之后，每个参数都要由更新它的那个 rank 广播出去（torch 的 `zero_redundancy_optimizer.py` 中的 `_sync_params`），这是在 DDP 对全部梯度做的 all-reduce 之外额外的通信：每步大约 2Ψ + Ψ = 3Ψ。`ZeroRedundancyOptimizer` 就是这样工作的：它是包在优化器外面的一层，不改动 DDP。论文所描述的 ZeRO-1 则用梯度的 reduce-scatter 加上更新后参数的 all-gather 取代 DDP 的 all-reduce：通信量为 2Ψ，并不比 DDP 多（第 3 部分）。
 
 # %% [markdown]
 # ## Exercises
@@ -569,16 +593,16 @@ check("15.2", answer, params=p, grads=g, optimizer=s, ranks=8)
 #
 # - (a) `ZeroRedundancyOptimizer` around Adam
 # - (b) `DDP(model, gradient_as_bucket_view=True)`
-# - (c) FSDP with `ShardingStrategy.FULL_SHARD` (or `fully_shard`)
-# - (d) ZeRO-2
+# - (c) ZeRO-2
+# - (d) FSDP2's `fully_shard` (lesson 19)
 
 # %% [markdown] lang=zh
 # **15.3** 下面哪一种让每个 rank 只保存一部分**参数**？请写一个字母。
 #
 # - (a) 包装 Adam 的 `ZeroRedundancyOptimizer`
 # - (b) `DDP(model, gradient_as_bucket_view=True)`
-# - (c) 使用 `ShardingStrategy.FULL_SHARD` 的 FSDP（或 `fully_shard`）
-# - (d) ZeRO-2
+# - (c) ZeRO-2
+# - (d) FSDP2 的 `fully_shard`（第 19 课）
 
 # %%
 answer = ...    # a, b, c or d

@@ -1,7 +1,9 @@
 # %% [markdown]
 # # Lesson 16 · The same ideas in TensorFlow
 #
-# **In short.** Everything in this course has a counterpart in TensorFlow 2's `tf.distribute`.
+# **In short.** Most of this course has a counterpart in TensorFlow 2's `tf.distribute`: the
+# synchronous data parallelism of DDP, and also lesson 9's asynchronous updates through a parameter
+# server (`ParameterServerStrategy`); a few things have none there (section 2 says which).
 # This lesson puts them side by side: how the workers are started and find each other
 # (torchrun's environment variables vs `TF_CONFIG`), DDP vs `MirroredStrategy` (one process for
 # all GPUs of a machine) and `MultiWorkerMirroredStrategy` (one process per machine, collective
@@ -30,7 +32,7 @@
 # %% [markdown] lang=zh
 # # 第 16 课 · TensorFlow 中的对应概念
 #
-# **简而言之**：本课程中的每个概念，在 TensorFlow 2 的 `tf.distribute` 中都有对应物。这一课把它们并排比较：各个 worker 如何启动、如何互相找到（torchrun 的环境变量与 `TF_CONFIG`），DDP 与 `MirroredStrategy`（一个进程驱动一台机器上的所有 GPU）以及 `MultiWorkerMirroredStrategy`（每台机器一个进程，用集合通信做 all-reduce），`DistributedSampler` 与 tf.data 的自动分片，每个副本的批大小与全局批大小，`strategy.reduce` 与 `dist.all_reduce`，检查点与重启，以及梯度累积。这里没有安装 TensorFlow，它的代码只展示、不运行；PyTorch 这一边在 4 个进程（rank）上实时运行。
+# **简而言之**：本课程的大部分内容在 TensorFlow 2 的 `tf.distribute` 中都有对应物：DDP 的同步数据并行是这样，第 9 课通过参数服务器做的异步更新也是这样（`ParameterServerStrategy`）；也有少数内容在那里没有对应物（第 2 节会说明是哪些）。这一课把它们并排比较：各个 worker 如何启动、如何互相找到（torchrun 的环境变量与 `TF_CONFIG`），DDP 与 `MirroredStrategy`（一个进程驱动一台机器上的所有 GPU）以及 `MultiWorkerMirroredStrategy`（每台机器一个进程，用集合通信做 all-reduce），`DistributedSampler` 与 tf.data 的自动分片，每个副本的批大小与全局批大小，`strategy.reduce` 与 `dist.all_reduce`，检查点与重启，以及梯度累积。这里没有安装 TensorFlow，它的代码只展示、不运行；PyTorch 这一边在 4 个进程（rank）上实时运行。
 #
 # **你将学到**
 # - torchrun 的环境变量和 TensorFlow 的 `TF_CONFIG` 如何告诉每个 worker 它的位置
@@ -146,6 +148,10 @@ print(say("every worker gets the same cluster list and its own task index (= its
 # | gradient buckets | `DDP(..., bucket_cap_mb=25)` (lesson 12) | `CommunicationOptions(bytes_per_pack=...)` (0: automatic) |
 # | number of replicas | `dist.get_world_size()` | `strategy.num_replicas_in_sync` |
 # | which replica am I | `dist.get_rank()` | `tf.distribute.get_replica_context().replica_id_in_sync_group` (inside `strategy.run`) |
+# | asynchronous updates through a parameter server (lesson 9) | no ready-made strategy: lesson 9 builds one from `dist.send` and `dist.recv` (`torch.distributed.rpc` can host one too) | `tf.distribute.ParameterServerStrategy`: the variables live on parameter-server tasks (`"ps"` in `TF_CONFIG`, beside `"worker"` and a `"chief"` that coordinates); a `tf.distribute.coordinator.ClusterCoordinator` schedules steps on the workers, and each worker's update is applied to the variables without waiting for the others |
+#
+# Not everything has a counterpart: `tf.distribute` has no strategy that pipelines a model over devices
+# (lesson 6) or averages the parameters every few steps as local SGD does (lesson 8).
 #
 # The model is made distributed differently too:
 #
@@ -184,6 +190,9 @@ print(say("every worker gets the same cluster list and its own task index (= its
 # | 梯度桶 | `DDP(..., bucket_cap_mb=25)`（[第 12 课](12_communication.ipynb)） | `CommunicationOptions(bytes_per_pack=...)`（0 表示自动） |
 # | 副本数量 | `dist.get_world_size()` | `strategy.num_replicas_in_sync` |
 # | 我是哪个副本 | `dist.get_rank()` | `tf.distribute.get_replica_context().replica_id_in_sync_group`（在 `strategy.run` 内部） |
+# | 通过参数服务器的异步更新（第 9 课） | 没有现成的策略：第 9 课用 `dist.send` 和 `dist.recv` 自己搭了一个（也可以用 `torch.distributed.rpc` 来搭） | `tf.distribute.ParameterServerStrategy`：变量放在参数服务器任务上（`TF_CONFIG` 中的 `"ps"`，此外还有 `"worker"` 和负责协调的 `"chief"`）；由 `tf.distribute.coordinator.ClusterCoordinator` 把各步分派给 worker，每个 worker 的更新直接应用到变量上，不等待其他 worker |
+#
+# 并不是所有内容都有对应物：`tf.distribute` 没有把模型分成流水线放到多个设备上的策略（第 6 课），也没有像本地 SGD 那样每隔几步平均一次参数的策略（第 8 课）。
 #
 # 让模型变成分布式的方式也不同：
 #
@@ -560,16 +569,16 @@ check("16.1", answer)
 # the gradients with the gradient of the mean loss over all 58 examples. Which gives that true mean's
 # gradient? Answer with a letter:
 #
-# - (a) DDP's convention: the mean over each rank's own examples, then the average over ranks
-# - (b) TensorFlow's convention: the sum divided by the global batch of 64, then summed over replicas
-# - (c) neither of them
+# - (a) neither of them
+# - (b) DDP's convention: the mean over each rank's own examples, then the average over ranks
+# - (c) TensorFlow's convention: the sum divided by the global batch of 64, then summed over replicas
 
 # %% [markdown] lang=zh
 # **16.2** 在第 3 节计算损失的单元格里，让 rank 3 只有 10 个样本而不是 16 个（一共 58 个样本），`global_batch` 仍然是 64（就像告诉 `tf.nn.compute_average_loss` 的那样），把得到的梯度与全部 58 个样本的平均损失的梯度相比较。哪一种给出的是这个真正平均值的梯度？请写一个字母：
 #
-# - (a) DDP 的约定：先对每个 rank 自己的样本取平均，再在各 rank 之间求平均
-# - (b) TensorFlow 的约定：总和除以全局批大小 64，再在各副本之间求和
-# - (c) 两者都不是
+# - (a) 两者都不是
+# - (b) DDP 的约定：先对每个 rank 自己的样本取平均，再在各 rank 之间求平均
+# - (c) TensorFlow 的约定：总和除以全局批大小 64，再在各副本之间求和
 
 # %%
 answer = ...    # a, b or c

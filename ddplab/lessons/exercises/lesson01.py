@@ -1,5 +1,5 @@
 """Lesson 1 (process groups and collectives): the exercises' judges."""
-from . import Unreadable, exercise, letter, number, right, wrong
+from . import Unreadable, exercise, letter, number, right, wrong, wrong_unit
 
 
 def values(answer, n):
@@ -93,6 +93,8 @@ def barrier_leave(answer, run):
                      f"所有 rank 都要等最后一个 rank 到达：rank {slowest}，在 0.3 × {slowest} = {0.3 * slowest:.1f} 秒"
                      f"之后（这次运行中，各 rank 在最后一个 rank 工作结束后 {late * 1e3:.0f} 毫秒离开，这是 barrier 本身"
                      "的耗时）。")
+    if abs(value / 1000 - _leave(run)) <= 0.08 + late:
+        return wrong_unit("milliseconds", "seconds")
     if value > 0.3 * slowest + late + 0.3:
         return wrong("the ranks work at the same time, not one after the other: the barrier ends when the slowest "
                      "one arrives.",
@@ -101,10 +103,10 @@ def barrier_leave(answer, run):
                  "只有所有 rank 都到达之后，每个 rank 才能离开 barrier：最慢的 rank 什么时候到达？")
 
 
-@exercise("1.4", solution=lambda run: "b", mistake=lambda run: "c")
+@exercise("1.4", solution=lambda run: "c", mistake=lambda run: "b")
 def shapes(answer, run):
     choice = letter(answer, ("a", "b", "c"))
-    if choice == "b":
+    if choice == "c":
         return right("a collective trusts every rank to pass the same number of elements (and the same dtype): gloo "
                      "sends each rank's pieces as they are, so the pieces do not fit together. Some ranks can even "
                      "return, with a result nobody should use, while the others wait; ddplab sees ranks waiting in "

@@ -1,5 +1,5 @@
 """Lesson 2 (data parallelism by hand vs DDP): the exercises' judges."""
-from . import exercise, near, number, right, whole_number, wrong
+from . import exercise, near, number, right, unit_slip, whole_number, wrong, wrong_unit
 
 
 @exercise("2.1", solution=lambda run: run["lr"] * 8, mistake=lambda run: run["lr"] * run["world_size"])
@@ -72,6 +72,9 @@ def _deeper(run):
 @exercise("2.4", solution=_deeper, mistake=lambda run: run["world_size"] * _deeper(run))
 def deeper_bytes(answer, run):
     value, n = _deeper(run), run["world_size"]
+    found = unit_slip(answer, value, "bytes")
+    if found:
+        return wrong_unit(found, "bytes")
     got = whole_number(answer)
     if abs(got - value) <= 4:
         return right(f"{value // 4} parameters (the {run['bytes_per_step'] // 4} of this model and 32·32 + 32 more), 4 "

@@ -46,7 +46,7 @@ def autocast_break_even(answer, run):
                      "（按每个样本算）。")
     return wrong("set the weight copies' bytes equal to what the batch saves: (float32 activations − bf16 "
                  "activations) / 64 per sample, times the batch.",
-                 "让权重副本的字节数等于整个批次省下的字节数：每个样本省下（float32 激活值 − bf16 激活值）/ 64，再乘以批次大小。")
+                 "让权重副本的字节数等于整个批次省下的字节数：每个样本省下（float32 激活值 − bf16 激活值）/ 64，再乘以批大小。")
 
 
 def own_cores(run):
@@ -59,16 +59,16 @@ def workers_with_a_core(answer, run):
     if n == goal:
         return right(f"{goal}: {run['usable']} usable cores, minus one per rank, leaves "
                      f"{max(0, run['usable'] - run['ranks'])}, shared by the {run['ranks']} ranks' workers.",
-                     f"{goal}：{run['usable']} 个可用的核，每个 rank 先占一个，剩下 {max(0, run['usable'] - run['ranks'])} "
+                     f"{goal}：{run['usable']} 个可用的核心，每个 rank 先占一个，剩下 {max(0, run['usable'] - run['ranks'])} "
                      f"个，由 {run['ranks']} 个 rank 的工作进程分。")
     if n < 0:
         return wrong("a number of workers is 0 or more.", "工作进程数是 0 或更多。")
     if n > goal:
         return wrong("too many: count all processes, the ranks themselves too, and the workers of every rank, "
                      "against the usable cores.",
-                     "太多了：把所有进程都算上，包括 rank 自己和每个 rank 的工作进程，再和可用的核数比较。")
-    return wrong("more would still fit: each rank needs one core, the rest is for the workers of both ranks.",
-                 "还能多放一些：每个 rank 需要一个核，其余的核归两个 rank 的工作进程。")
+                     "太多了：把所有进程都算上，包括 rank 自己和每个 rank 的工作进程，再和可用的核心数比较。")
+    return wrong("more would still fit: each rank needs one core, the rest is for the workers of all the ranks.",
+                 "还能多放一些：每个 rank 需要一个核心，其余的核心归所有 rank 的工作进程。")
 
 
 def started(run):

@@ -1,5 +1,5 @@
 """Lesson 6: model parallelism, a GPipe pipeline over 4 ranks."""
-from . import exercise, near, number, right, whole_number, wrong
+from . import exercise, near, number, right, unit_slip, whole_number, wrong, wrong_unit
 
 
 def bubble(run):
@@ -42,6 +42,9 @@ def bytes_between_stages(answer, run):
     if near(value, goal * run["micro"], rel=0.02):
         return wrong("each micro-batch carries only its share of the batch: its messages are smaller.",
                      "每个微批次只带着批次中属于它的那一份：它的消息更小。")
+    found = unit_slip(value, goal, "bytes")
+    if found:
+        return wrong_unit(found, "bytes")
     if near(value, goal / 2, rel=0.02):
         return wrong("gradients come back across the same boundaries: count both directions.",
                      "梯度还要沿同样的分界传回来：两个方向都要算上。")
@@ -86,7 +89,7 @@ def predicted_step(answer, run):
         why = (f"the {p} ranks shared {cores} core{'s' if cores > 1 else ''}, and smaller micro-batches compute "
                "less efficiently" if cores < p else "smaller micro-batches compute less efficiently, and each "
                "message costs time")
-        why_zh = (f"{p} 个 rank 共用 {cores} 个核，而且较小的微批次计算效率较低" if cores < p
+        why_zh = (f"{p} 个 rank 共用 {cores} 个核心，而且较小的微批次计算效率较低" if cores < p
                   else "较小的微批次计算效率较低，而且每条消息都要花时间")
         return right(f"about {goal:.0f} ms: with 1 micro-batch the step is p stage times in a row, "
                      f"T₁ = p·t; with m the step is m + p − 1 slots of t/m, so T₁ × {m + p - 1}/{m * p}. "
@@ -94,6 +97,8 @@ def predicted_step(answer, run):
                      f"约 {goal:.0f} 毫秒：只有 1 个微批次时，一步是 p 段依次计算，T₁ = p·t；有 m 个时，一步是 m + p − 1 个"
                      f"长为 t/m 的时段，所以是 T₁ × {m + p - 1}/{m * p}。这次运行实测 {measured:.0f} 毫秒，是它的 "
                      f"{measured / goal:.2f} 倍：{why_zh}。")
+    if near(value * 1000, goal, rel=0.05):
+        return wrong_unit("seconds", "ms")
     if near(value, run["t1_ms"] / m, rel=0.05) or near(value, run["t1_ms"] / p, rel=0.05):
         return wrong("the pipeline never keeps all ranks busy: it fills at the start and drains at the end.",
                      "流水线从来不能让所有 rank 一直忙着：开头要填满，结尾要排空。")

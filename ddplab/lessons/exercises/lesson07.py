@@ -1,5 +1,5 @@
 """Lesson 7: pruning, quantization and compressed gradients."""
-from . import exercise, near, number, right, whole_number, wrong
+from . import exercise, near, number, right, unit_slip, whole_number, wrong, wrong_unit
 
 SPARSE_FROM = 1 - 4 / (4 + 2 * 8)  # (1 − s) × 20 bytes < 4 bytes per entry
 
@@ -62,6 +62,9 @@ def fp16_bytes_per_step(answer, run):
                      f"fp32 每步 {run['fp32_per_step']:,.0f} 字节，是较窄的模型按每个 4 字节得到的同一规律。")
     if near(value, 2 * goal, rel=0.01):
         return wrong("that is the fp32 count: the hook halves it.", "那是 fp32 的字节数：钩子把它减半了。")
+    found = unit_slip(value, goal, "bytes")
+    if found:
+        return wrong_unit(found, "bytes")
     return wrong("count the parameters of the three Linear layers (weights and biases) of the wider model, then the "
                  "bytes of one fp16 number each.",
                  "数一数更宽的模型三个 Linear 层的参数（权重和偏置），再乘以每个 fp16 数的字节数。")

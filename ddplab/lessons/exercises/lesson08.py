@@ -1,5 +1,5 @@
 """Lesson 8 (synchronous vs local SGD): the exercises' judges."""
-from . import exercise, letter, near, right, whole_number, wrong
+from . import exercise, letter, near, right, unit_slip, whole_number, wrong, wrong_unit
 
 
 def _averagings(run):
@@ -48,6 +48,9 @@ def kb_per_step(answer, run):
     if near(answer, run["param_bytes"] / 1e3, rel=0.1):
         return wrong("That is what one averaging all-reduces; spread it over the steps between two averagings.",
                      "这是一次平均 all-reduce 的量；把它分摊到两次平均之间的各步上。")
+    found = unit_slip(answer, value, "KB")
+    if found:
+        return wrong_unit(found, "kB")
     return wrong("Each averaging all-reduces all the parameters (4 bytes each), once every `period` steps.",
                  "每次平均都 all-reduce 全部参数（每个 4 字节），每 `period` 步一次。")
 
@@ -68,5 +71,8 @@ def post_local(answer, run):
     if near(answer, ddp_part, rel=0.05):
         return wrong("That is the DDP part only: the averagings after step 60 all-reduce bytes too.",
                      "这只是 DDP 那一部分：第 60 步之后的平均也要 all-reduce 字节。")
+    found = unit_slip(answer, value, "MB")
+    if found:
+        return wrong_unit(found, "MB")
     return wrong("Add DDP's bytes per step times 60 and the parameters' bytes times the number of averagings.",
                  "把 DDP 每步的字节数乘以 60，再加上参数的字节数乘以平均的次数。")

@@ -1,5 +1,5 @@
 """Lesson 9 (asynchronous updates, a parameter server): the exercises' judges."""
-from . import exercise, near, number, right, whole_number, wrong
+from . import exercise, near, number, right, unit_slip, whole_number, wrong, wrong_unit
 
 
 def _count(run, w):
@@ -7,7 +7,13 @@ def _count(run, w):
 
 
 def _estimate(run):
+    """This run: the others' gradients per round trip of rank 3."""
     return (_count(run, 1) + _count(run, 2)) / _count(run, 3)
+
+
+def _twice(run):
+    """With rank 3's round trips twice as long, the others at their pace: twice as many of theirs per trip."""
+    return 2 * _estimate(run)
 
 
 def _measured(run):
@@ -15,21 +21,31 @@ def _measured(run):
     return stale[3] if 3 in stale else stale["3"]
 
 
-@exercise("9.1", solution=_estimate, mistake=lambda run: 2)
+@exercise("9.1", solution=_twice, mistake=_estimate)
 def slow_staleness(answer, run):
     value, estimate, measured = number(answer), _estimate(run), _measured(run)
-    if near(value, estimate, rel=0.25) or near(value, measured, rel=0.25):
+    if near(value, _twice(run), rel=0.1):
         return right(f"The others sent {_count(run, 1) + _count(run, 2)} gradients while rank 3 made {_count(run, 3)} "
-                     f"round trips: about {estimate:.1f} of theirs per trip of rank 3; measured: {measured:.1f}.",
+                     f"round trips: about {estimate:.1f} of theirs per trip of rank 3 in this run (measured: "
+                     f"{measured:.1f}). A trip twice as long spans twice as many: about {_twice(run):.1f}. The slower "
+                     "a worker, the staler its gradients.",
                      f"rank 3 完成 {_count(run, 3)} 次往返的同时，其他 worker 发来了 {_count(run, 1) + _count(run, 2)} 个"
-                     f"梯度：rank 3 每次往返约有 {estimate:.1f} 个；测得的是 {measured:.1f}。")
+                     f"梯度：在这次运行中，rank 3 每次往返约有 {estimate:.1f} 个（测得的是 {measured:.1f}）。往返时间加倍，"
+                     f"跨过的梯度也加倍：约 {_twice(run):.1f}。worker 越慢，它的梯度就越陈旧。")
+    if near(value, estimate, rel=0.1) or near(value, measured, rel=0.1):
+        return wrong("That is rank 3's staleness in this run. With each of its trips twice as long, how many of the "
+                     "others' gradients arrive during one?",
+                     "这是这次运行中 rank 3 的陈旧度。如果它的每次往返都要花两倍的时间，一次往返期间会到达其他 worker 的"
+                     "多少个梯度？")
     if near(value, 2, rel=0.1):
         return wrong("W − 1 holds for workers that are equally fast; rank 3's round trip is longer than the others'. "
                      "How many of their gradients fit into one of its trips?",
                      "W − 1 只对同样快的 worker 成立；rank 3 的一次往返比其他 worker 的长。"
                      "它的一次往返里能装下其他 worker 的多少个梯度？")
-    return wrong("Divide the gradients the other two workers sent by the round trips rank 3 made in the same time.",
-                 "用另外两个 worker 发送的梯度数，除以同一段时间里 rank 3 完成的往返次数。")
+    return wrong("Divide the gradients the other two workers sent by the round trips rank 3 made in the same time: "
+                 "that is one trip as it was; then make the trip twice as long.",
+                 "用另外两个 worker 发送的梯度数，除以同一段时间里 rank 3 完成的往返次数：这是原来的一次往返；再让往返"
+                 "时间加倍。")
 
 
 def _mb(run):
@@ -48,6 +64,9 @@ def server_traffic(answer, run):
     if near(answer, one_way, rel=0.05):
         return wrong("That counts the gradients received only: the server also sends the parameters back for each one.",
                      "这只算了收到的梯度：服务器对每个梯度还要把参数发回去。")
+    found = unit_slip(answer, value, "MB")
+    if found:
+        return wrong_unit(found, "MB")
     return wrong("Count the messages (each gradient comes in, the parameters go back out, plus the first and the "
                  "last ones) and multiply by the size of one message: (parameters + 1) × 4 bytes.",
                  "数一数消息条数（每个梯度收进来，参数发回去，再加上最开始和最后的那几条），乘以一条消息的大小："

@@ -25,10 +25,10 @@ def steps_again(answer, run):
                  f"找出崩溃之前保存的最后一个检查点（{every} 的倍数），再数它之后到第 {killed} 步为止有几步。")
 
 
-@exercise("11.2", solution=lambda run: "b", mistake=lambda run: "a")
+@exercise("11.2", solution=lambda run: "a", mistake=lambda run: "b")
 def model_only(answer, run):
     choice = letter(answer, ("a", "b", "c"))
-    if choice == "b":
+    if choice == "a":
         return right("SGD with momentum keeps a buffer per parameter; without it the resumed steps start with no "
                      "momentum, and the parameters no longer match the uninterrupted run.",
                      "带动量的 SGD 为每个参数保存一个缓冲区；没有它，恢复后的步从零动量开始，参数就不再与不中断的运行一致。")
@@ -40,15 +40,15 @@ def model_only(answer, run):
                  "momentum=0.9 的 torch.optim.SGD 在两步之间保存了什么状态（看看 opt.state）？")
 
 
-@exercise("11.3", solution=lambda run: "b", mistake=lambda run: "a")
+@exercise("11.3", solution=lambda run: "c", mistake=lambda run: "a")
 def foreign_object(answer, run):
     choice = letter(answer, ("a", "b", "c"))
-    if choice == "b":
+    if choice == "c":
         return right("ddplab's load reads with weights_only=True only; rank 0 turns the UnpicklingError into a "
                      "ValueError that it broadcasts, so every rank raises it and none waits.",
                      "load 只用 weights_only=True 读取；rank 0 把 UnpicklingError 变成一个 ValueError 并广播出去，"
                      "所以每个 rank 都抛出它，没有哪个 rank 在等待。")
-    if choice == "c":
+    if choice == "b":
         return wrong("Look at _read_and_broadcast in ddplab/checkpoint.py: what does rank 0 broadcast when torch.load fails?",
                      "看看 ddplab/checkpoint.py 中的 _read_and_broadcast：torch.load 失败时，rank 0 广播的是什么？")
     return wrong("Look at the torch.load call in ddplab/checkpoint.py: which weights_only does it pass?",

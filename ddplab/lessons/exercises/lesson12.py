@@ -1,5 +1,5 @@
 """Lesson 12 (communication cost): the exercises' judges."""
-from . import exercise, letter, near, right, whole_number, wrong
+from . import exercise, letter, near, right, unit_slip, whole_number, wrong, wrong_unit
 
 
 def _ring_mb(run):
@@ -23,6 +23,12 @@ def ring_bytes(answer, run):
     if near(answer, 2 * size, rel=0.03):
         return wrong("twice the tensor is the limit for many ranks; with N ranks each phase sends N − 1 chunks of 1/N.",
                      "两倍的张量大小是 rank 很多时的极限；N 个 rank 时，每一轮发送 N − 1 块、每块为张量的 1/N。")
+    if n != 4 and near(answer, 1.5 * size, rel=0.03):
+        return wrong(f"that is 2(N−1)/N for 4 ranks, 1.5 times the tensor; here N = {n}.",
+                     f"这是 4 个 rank 时的 2(N−1)/N，即张量的 1.5 倍；这里 N = {n}。")
+    found = unit_slip(answer, value, "MB")
+    if found:
+        return wrong_unit(found, "MB")
     return wrong("count the chunks: the tensor is cut into N; each phase of the ring sends N − 1 of them.",
                  "数一数块数：张量被切成 N 块；环的每一轮发送其中的 N − 1 块。")
 
@@ -45,7 +51,9 @@ def predict_64mb(answer, run):
         return wrong("α alone is the cost of a tiny message; add the time of the bytes, n·β.",
                      "单独的 α 是一条很小的消息的开销；还要加上字节所需的时间 n·β。")
     if near(answer, value / 1e3, rel=0.1):
-        return wrong("the answer is asked in milliseconds.", "答案要以毫秒为单位。")
+        return wrong_unit("seconds", "milliseconds")
+    if near(answer, value * 1e3, rel=0.1):
+        return wrong_unit("microseconds", "milliseconds")
     return wrong("n is 64e6 bytes; β is 1 / (the printed GB/s × 1e9) seconds per byte; α is in µs.",
                  "n 是 64e6 字节；β 是每字节 1 / (打印的 GB/s × 1e9) 秒；α 的单位是 µs。")
 

@@ -1,40 +1,47 @@
 """Lesson 14 (scaling: 1, 2 and 4 ranks): the exercises, judged against the learner's own run.
 
-run keys: rates ({ranks: weak-scaling samples/s}); T1 (ms per step on 1 rank), c (ms of communication
-and waiting per step on 2 ranks), measured (a measured speed-up or samples/s to compare with); B (samples
-per rank), compute1, compute2 (ms of compute per step on 1 and 2 ranks), comm4, comm2 (ms per step).
+run keys: rates ({ranks: weak-scaling samples/s}), goal (an efficiency); T1 (ms per step on 1 rank), c (ms
+of communication and waiting per step on 2 ranks), measured (a measured speed-up or samples/s to compare
+with); B (samples per rank), compute1, compute2 (ms of compute per step on 1 and 2 ranks), comm4, comm2,
+wait2 (ms per step).
 """
 from . import exercise, near, number, right, wrong
 
 
-def _efficiency(run):
-    rates = run["rates"]
-    return rates[4] / rates[1] / 4
+def _needed(run):
+    return run["goal"] * 4 * run["rates"][1]
 
 
-@exercise("14.1", solution=_efficiency, mistake=lambda run: run["rates"][4] / run["rates"][1])
-def efficiency_at_4(answer, run):
-    value, rates = number(answer), run["rates"]
-    solution, speedup = _efficiency(run), rates[4] / rates[1]
-    if near(value, solution, rel=0.05, absolute=0.01):
-        return right(f"Yes: {rates[4]:,.0f} / {rates[1]:,.0f} / 4 = {solution:.2f}. Each of the 4 ranks did "
-                     f"{solution:.0%} of what one rank alone does per second.",
-                     f"对：{rates[4]:,.0f} / {rates[1]:,.0f} / 4 = {solution:.2f}。4 个 rank 中的每一个，每秒完成的工作"
-                     f"是单独一个 rank 的 {solution:.0%}。")
-    if near(value, speedup, rel=0.05):
-        return wrong("That is the speed-up. The efficiency divides it by the number of ranks.",
-                     "这是加速比。并行效率还要再除以 rank 数。")
-    return wrong("Not quite: take the samples/s of the weak-scaling rows at 4 ranks and at 1 rank, from the table.",
-                 "还不对：从表格中取弱扩展那几行里 4 个 rank 和 1 个 rank 的样本/秒。")
+@exercise("14.1", solution=_needed, mistake=lambda run: run["goal"] * run["rates"][1])
+def samples_for_efficiency(answer, run):
+    value, rates, goal = number(answer), run["rates"], run["goal"]
+    solution, measured = _needed(run), rates[4] / rates[1] / 4
+    if near(value, solution, rel=0.03):
+        return right(f"Yes: {goal} × 4 × {rates[1]:,.0f} = {solution:,.0f} samples/s: the efficiency is the samples/s "
+                     f"of N ranks against N times one rank's. This run's 4 ranks processed {rates[4]:,.0f} samples/s, "
+                     f"an efficiency of {measured:.2f}.",
+                     f"对：{goal} × 4 × {rates[1]:,.0f} = {solution:,.0f} 样本/秒：并行效率就是拿 N 个 rank 的样本/秒和 1 个 "
+                     f"rank 的 N 倍相比。本次运行中 4 个 rank 每秒处理了 {rates[4]:,.0f} 个样本，并行效率为 {measured:.2f}。")
+    if near(value, goal * rates[1], rel=0.03):
+        return wrong("That is 0.9 times one rank's samples/s: the efficiency compares 4 ranks with 4 times one rank.",
+                     "这是 1 个 rank 的样本/秒的 0.9 倍：并行效率拿 4 个 rank 和 1 个 rank 的 4 倍相比。")
+    if near(value, 4 * rates[1], rel=0.03):
+        return wrong("That is the ideal, an efficiency of 1.0: how much of it is 0.9?",
+                     "这是理想情况，即并行效率为 1.0：它的 0.9 是多少？")
+    return wrong("Not quite: efficiency = samples/s at 4 ranks ÷ samples/s at 1 rank ÷ 4; solve it for the samples/s "
+                 "at 4 ranks, with the 1-rank weak-scaling row of the table.",
+                 "还不对：并行效率 = 4 个 rank 的样本/秒 ÷ 1 个 rank 的样本/秒 ÷ 4；用表格中 1 个 rank 那一行，反过来求 "
+                 "4 个 rank 的样本/秒。")
 
 
-def _amdahl(run):
+def _fixed_cost(run):
+    """The speed-up at 2 ranks when distributing adds a fixed c per step: T1 / (T1/2 + c)."""
     return 1 / (1 / 2 + run["c"] / run["T1"])
 
 
-@exercise("14.2", solution=_amdahl, mistake=lambda run: 1 / (1 + run["c"] / run["T1"]))
-def amdahl_at_2(answer, run):
-    value, solution, measured = number(answer), _amdahl(run), run["measured"]
+@exercise("14.2", solution=_fixed_cost, mistake=lambda run: 1 / (1 + run["c"] / run["T1"]))
+def fixed_cost_at_2(answer, run):
+    value, solution, measured = number(answer), _fixed_cost(run), run["measured"]
     if near(value, solution, rel=0.07):
         gap = measured / solution - 1
         if abs(gap) <= 0.15:
@@ -42,7 +49,7 @@ def amdahl_at_2(answer, run):
         elif gap < 0:
             said = ("This run measured {m:.2f}, less: the model leaves out that the ranks' all-reduce copies run on the "
                     "same cores as their compute, and c was taken from the weak run.",
-                    "本次运行实测为 {m:.2f}，更低：这个模型没有考虑到各 rank 的 all-reduce 拷贝与计算在同样的核上进行，而且 c "
+                    "本次运行实测为 {m:.2f}，更低：这个模型没有考虑到各 rank 的 all-reduce 拷贝与计算在同样的核心上进行，而且 c "
                     "取自弱扩展的那次运行。")
         else:
             said = ("This run measured {m:.2f}, more: part of the all-reduce ran hidden under the backward pass, and c "
@@ -73,34 +80,47 @@ def a_core_each(answer, run):
         return right(f"Yes: about {solution:,.0f} samples/s, {solution / measured:.2f}x what 4 ranks got on this "
                      "machine. It is an estimate: the comm of 4 ranks was itself measured on shared cores.",
                      f"对：大约每秒 {solution:,.0f} 个样本，是本机上 4 个 rank 实测值的 {solution / measured:.2f} 倍。"
-                     "这只是一个估计：4 个 rank 的通信时间本身也是在共用的核上测得的。")
+                     "这只是一个估计：4 个 rank 的通信时间本身也是在共用的核心上测得的。")
     if value > 0 and (near(value * 1000, solution, rel=0.07) or near(value / 1000, solution, rel=0.07)):
         return wrong("Check the units: part 4 prints milliseconds; the samples per second need seconds.",
                      "检查单位：第 4 部分打印的是毫秒；每秒的样本数要用秒来算。")
     if near(value, 4 * run["B"] / (run["compute1"] / 1000), rel=0.03):
         return wrong("That leaves out the communication: a core each does not make the all-reduce free.",
-                     "这没有算上通信：每个 rank 都有自己的核，并不能让 all-reduce 不花时间。")
+                     "这没有算上通信：每个 rank 都有自己的核心，并不能让 all-reduce 不花时间。")
     return wrong(f"Not quite: 4 x {run['B']} samples per step, and a step of (compute on 1 rank + comm on 4 ranks) "
                  "seconds.",
                  f"还不对：每步 4 × {run['B']} 个样本，一步耗时为（1 个 rank 的计算时间 + 4 个 rank 的通信时间）秒。")
 
 
 def _batch_for_90(run):
-    return run["B"] * 9 * run["comm2"] / run["compute2"]
+    return run["B"] * 9 * (run["comm2"] + run["wait2"]) / run["compute2"]
+
+
+def _accepted(run):
+    """The batches that follow from part 4's printout, where compute, comm and wait are each rounded to 0.1 ms
+    (so each may be off by 0.05 ms), with 10% to spare."""
+    compute = round(run["compute2"], 1)
+    waiting = round(run["comm2"], 1) + round(run["wait2"], 1)
+    low = run["B"] * 9 * max(0.0, waiting - 0.1) / (compute + 0.05)
+    high = run["B"] * 9 * (waiting + 0.1) / max(0.05, compute - 0.05)
+    solution = _batch_for_90(run)
+    return min(low, solution) * 0.9, max(high, solution) * 1.1
 
 
 def _batch_mistake(run):
     """This run's batch, the typical mistake; on a machine where that batch already is the answer (its
-    efficiency at 2 ranks about 0.9), a batch ten times too large."""
-    if near(run["B"], _batch_for_90(run), rel=0.1):
-        return 10 * _batch_for_90(run)
+    efficiency at 2 ranks about 0.9), a batch far too large."""
+    low, high = _accepted(run)
+    if low <= run["B"] <= high:
+        return 3 * high + run["B"]
     return run["B"]
 
 
 @exercise("14.4", solution=lambda run: round(_batch_for_90(run)), mistake=_batch_mistake)
 def batch_for_90(answer, run):
     value, solution = number(answer), _batch_for_90(run)
-    if near(value, solution, rel=0.1):
+    low, high = _accepted(run)
+    if low <= value <= high:
         return right(f"Yes: about {solution:,.0f} samples per rank. The compute must be 9 times the communication "
                      f"(0.9 = 9 / (9 + 1)), and {run['compute2']:.1f} ms of compute comes from {run['B']} samples. "
                      "Bigger batches per rank scale better, if the model still trains well with the bigger global batch.",

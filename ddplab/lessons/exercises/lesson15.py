@@ -1,5 +1,5 @@
 """Lesson 15 (memory per rank): the exercises' judges."""
-from . import exercise, letter, near, right, whole_number, wrong
+from . import exercise, letter, near, right, unit_slip, whole_number, wrong, wrong_unit
 
 
 def _adam_bytes(run):
@@ -14,6 +14,9 @@ def _params(run):
 
 @exercise("15.1", solution=_adam_bytes, mistake=lambda run: 4 * _params(run))
 def adam_state(answer, run):
+    found = unit_slip(answer, _adam_bytes(run), "bytes")
+    if found:
+        return wrong_unit(found, "bytes")
     n, params, tensors = whole_number(answer), _params(run), 2 * run["layers"]
     if n == _adam_bytes(run):
         return right(f"{params:,} parameters in {tensors} tensors: 2 × 4 × {params:,} bytes for exp_avg and "
@@ -56,21 +59,25 @@ def zero2(answer, run):
                      "这只分片了优化器状态（ZeRO-1）：ZeRO-2 又多分片了什么？")
     if near(answer, p + g + s, rel=0.01):
         return wrong("that is DDP, with nothing sharded.", "这是什么都不分片的 DDP。")
+    found = unit_slip(answer, _zero2(run), "bytes")
+    if found:
+        return wrong_unit(found, "bytes")
     return wrong("take p, g and s from part 1's printout (in bytes), and divide by 8 only what ZeRO-2 shards.",
                  "从第 1 部分的输出中取 p、g 和 s（以字节计），只把 ZeRO-2 分片的那些除以 8。")
 
 
-@exercise("15.3", solution=lambda run: "c", mistake=lambda run: "a")
+@exercise("15.3", solution=lambda run: "d", mistake=lambda run: "a")
 def shards_parameters(answer, run):
     choice = letter(answer, ("a", "b", "c", "d"))
-    if choice == "c":
-        return right("FULL_SHARD (ZeRO-3) shards the parameters too, and all-gathers a layer's parameters just "
-                     "before it runs.",
-                     "FULL_SHARD（ZeRO-3）把参数也分片了，并在一层运行之前才用 all-gather 收集这一层的参数。")
+    if choice == "d":
+        return right("fully_shard (FSDP2, ZeRO-3) shards the parameters too, and all-gathers a layer's parameters just "
+                     "before it runs (lesson 19 runs it).",
+                     "fully_shard（FSDP2，ZeRO-3）把参数也分片了，并在一层运行之前才用 all-gather 收集这一层的参数"
+                     "（第 19 课会运行它）。")
     if choice == "a":
         return wrong("in part 3 every rank still held all the parameters with it: which stage shards them?",
                      "第 3 部分中，用它时每个 rank 仍然持有全部参数：哪个阶段才分片参数？")
-    if choice == "d":
+    if choice == "c":
         return wrong("ZeRO-2 shards the gradients and the optimizer state; part 3's picture keeps its parameters "
                      "whole on every rank.",
                      "ZeRO-2 分片的是梯度和优化器状态；第 3 部分的图中，它的参数在每个 rank 上仍然是完整的。")
@@ -98,5 +105,8 @@ def momentum_share(answer, run):
     if near(answer, 2 * value, rel=0.02):
         return wrong("momentum SGD keeps one buffer per parameter, not two as Adam does.",
                      "带动量的 SGD 为每个参数保存一个缓冲区，而不是像 Adam 那样保存两个。")
+    found = unit_slip(answer, value, "bytes")
+    if found:
+        return wrong_unit(found, "bytes")
     return wrong("momentum keeps 4 bytes per parameter (part 1); each rank keeps it only for its share.",
                  "动量为每个参数保存 4 字节（第 1 部分）；每个 rank 只为自己那一份保存。")

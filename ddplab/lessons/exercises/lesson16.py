@@ -27,10 +27,10 @@ def processes_workers_replicas(answer, run):
                  "num_replicas_in_sync 数的是副本：所有 worker 上每个设备一个。")
 
 
-@exercise("16.2", solution=lambda run: "c", mistake=lambda run: "b")
+@exercise("16.2", solution=lambda run: "a", mistake=lambda run: "c")
 def uneven_batches(answer, run):
     choice = letter(answer, ("a", "b", "c"))
-    if choice == "c":
+    if choice == "a":
         return right("DDP's average of the ranks' means weighs rank 3's 10 examples as much as another rank's 16; "
                      "TensorFlow's sum over 64 weighs every example equally, but divides by 64 where there are 58: "
                      "the true mean's gradient times 58/64. Give compute_average_loss the real global count and it "
@@ -38,7 +38,7 @@ def uneven_batches(answer, run):
                      "DDP 对各 rank 的平均值再求平均，rank 3 的 10 个样本和别的 rank 的 16 个样本权重相同；TensorFlow "
                      "把总和除以 64，每个样本的权重相同，但实际只有 58 个样本：得到的是真正平均值梯度的 58/64。把真实"
                      "的全局样本数交给 compute_average_loss，它就对了。")
-    if choice == "b":
+    if choice == "c":
         return wrong("every example weighs the same there, but what does it divide the sum by, and how many "
                      "examples are there?",
                      "那里每个样本的权重确实相同，但它用什么数去除总和？一共又有多少个样本？")
