@@ -49,7 +49,7 @@ def _parts(rows):
     key = rows["rank"].astype(np.int64) << 32 | rows["step"].astype(np.int64)
     keys, group = np.unique(key, return_inverse=True)
     n = len(keys)
-    phase, step_of = rows["phase"], group
+    phase = rows["phase"]
     start, end = rows["start"].astype(float), rows["end"].astype(float)
     base = np.full(n, np.inf)
     np.minimum.at(base, group, start)  # each (rank, step) on its own clock: small numbers, exact bands
@@ -57,11 +57,7 @@ def _parts(rows):
     last = np.zeros(n)
     np.maximum.at(last, group, end)
 
-    def total(mask, values):
-        return np.bincount(step_of[mask], values[mask], n)
-
     comm = phase == COMM
-    compute = total((phase == FORWARD) | (phase == OPTIMIZER), end - start)
     # backward's compute: until the last bucket of its gradients was ready (a bucket starts inside it)
     back = np.flatnonzero(phase == BACKWARD)
     back = back[np.lexsort((start[back], group[back]))]
@@ -75,16 +71,18 @@ def _parts(rows):
         np.maximum.at(ready, at[inside], start[buckets][inside])
         busy_end = np.where(ready > -np.inf, ready, busy_end)
     busy = np.bincount(group[back], busy_end - start[back], n)
-    compute += busy
+    # compute: the union of those spans (a forward inside backward, activation checkpointing's
+    # recomputation, counts once)
+    spans = np.flatnonzero((phase == FORWARD) | (phase == OPTIMIZER))
+    ends = np.concatenate([end[spans], busy_end])
+    spans = np.concatenate([spans, back])
+    alone = _union_lengths(group[spans], start[spans], ends, n)
+    compute = alone.copy()
     # a collective the cell's thread called (dist.*, FSDP's gathers and reduce-scatters: recorded when
     # it returned) blocked that thread: where it ran inside forward, backward or the optimizer, that
     # stretch was communication, not compute
     blocking = np.flatnonzero(comm & (rows["bucket"] < 0))
-    spans = np.flatnonzero((phase == FORWARD) | (phase == OPTIMIZER))
     if len(blocking):
-        ends = np.concatenate([end[spans], busy_end])
-        spans = np.concatenate([spans, back])
-        alone = _union_lengths(group[spans], start[spans], ends, n)
         together = _union_lengths(np.concatenate([group[spans], group[blocking]]),
                                   np.concatenate([start[spans], start[blocking]]), np.concatenate([ends, end[blocking]]), n)
         inside = alone + _union_lengths(group[blocking], start[blocking], end[blocking], n) - together

@@ -64,6 +64,17 @@ def test_a_collective_of_a_subgroup_waits_only_for_its_own_ranks_and_names_its_g
     assert frame.loc[1, "wait"] == 0.0 and frame.loc[3, "wait"] == 0.0
 
 
+def test_a_forward_recomputed_inside_backward_is_compute_once():
+    """Activation checkpointing: forward 10 ms, then a backward of 30 ms during which the checkpointed
+    blocks' forward runs again (two 4-ms forward spans inside it): 40 ms of compute, not 48."""
+    t = 100.0
+    rows = [(0, FORWARD, 0, -1, 0, t, t + 0.010, -1), (0, BACKWARD, 0, -1, 0, t + 0.010, t + 0.040, -1),
+            (0, FORWARD, 0, -1, 0, t + 0.012, t + 0.016, -1), (0, FORWARD, 0, -1, 0, t + 0.025, t + 0.029, -1)]
+    spans = CellSpans(1, [0], started=100.0)
+    spans.add(0, columns(rows))
+    assert abs(spans.timeline().breakdown()[0]["compute"] - 0.040) < 1e-5
+
+
 def test_a_step_splits_into_compute_communication_waiting_and_data():
     spans = CellSpans(1, [0, 1], started=100.0)
     late = 0.010
