@@ -386,6 +386,13 @@ class Lab:
         ranks = self.check_ranks(ranks)
         try:
             self.view_on(ranks).push(values, block=False).get(self.timeout)
+        except RecursionError as exc:  # ipyparallel cans a notebook's class through its methods' __class__ cell
+            classes = [k for k, v in values.items() if isinstance(v, type) and v.__module__ == "__main__"]
+            if not classes:
+                raise BadRequest(f"cannot send {', '.join(values)} to the ranks: RecursionError: {exc}") from exc
+            raise BadRequest(f"cannot send {', '.join(classes)} to the ranks: ipyparallel cannot pickle a class "
+                             "defined in this notebook whose methods call super(): define it in a %%ddp cell "
+                             "instead") from exc
         except Exception as exc:  # noqa: BLE001 - e.g. an object that cannot be pickled: said in one line
             raise BadRequest(f"cannot send {', '.join(values)} to the ranks: {type(exc).__name__}: {exc}") from exc
 

@@ -142,6 +142,11 @@ def test_push_from_the_notebook(ip, pool):
     assert ip.run_line_magic("ddp_gather", "lr * 8") == [1.0] * 4
     with pytest.raises(UsageError, match="not defined in the notebook"):
         ip.run_line_magic("ddp_push", "no_such_variable")
+    # a notebook's class that calls super() is one ipyparallel cannot pickle: said so, with what to do
+    ip.run_cell("import torch.nn as nn\nclass PushedNet(nn.Module):\n    def __init__(self):\n"
+                "        super().__init__()\n        self.l = nn.Linear(2, 2)\n")
+    with pytest.raises(UsageError, match="cannot send PushedNet.*define it in a %%ddp cell"):
+        ip.run_line_magic("ddp_push", "PushedNet")
 
 
 def test_threads_per_rank_follow_the_cores(ip, pool, capsys):
