@@ -252,7 +252,11 @@ class DDPMagics(Magics):
     @argument("names", nargs="+", help="notebook variables to copy into every rank")
     @line_magic
     def ddp_push(self, line):
-        """Copy notebook variables into every rank: %ddp_push lr data"""
+        """Copy notebook variables into every rank: %ddp_push lr data
+
+        ipyparallel sends them: a small dict arrives with its keys sorted (send a list of pairs where
+        the order matters), and a class defined in the notebook whose methods call super() cannot be
+        sent (define it in a %%ddp cell)."""
         args = _parse(self.ddp_push, line)
         missing = [n for n in args.names if n not in self.shell.user_ns]
         if missing:
