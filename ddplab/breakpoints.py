@@ -126,7 +126,32 @@ class RankPdb(pdb.Pdb):
         self.report("paused", {"id": console.command_id, "out": console.take(), **where(self.curframe)})
         console.command_id = 0
 
+    def do_interact(self, arg):
+        """interact: a Python console in the current frame (its globals and locals); exit() leaves it."""
+        import code
+
+        self.python = code.InteractiveConsole({**self.curframe.f_globals, **self.curframe_locals})
+        self.message("*interactive* (a Python console in this frame, on this rank; exit() leaves it)")
+
+    def _python(self, line):
+        """One line for the console of interact, its output in the reply."""
+        if line.strip() in ("exit()", "quit()", "exit", "quit"):
+            self.python = None
+            self.message("now exiting InteractiveConsole...")
+            return
+        old = sys.stdout, sys.stderr
+        sys.stdout = sys.stderr = self.console
+        try:
+            more = self.python.push(line)
+        finally:
+            sys.stdout, sys.stderr = old
+        if more:
+            self.message("...")
+
     def onecmd(self, line):
+        if getattr(self, "python", None) is not None:
+            self._python(line)
+            return False
         stop = super().onecmd(line)
         if stop:  # the program runs on (or quits): said now, not at the next stop
             console = self.console

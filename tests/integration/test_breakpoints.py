@@ -55,6 +55,12 @@ def test_every_rank_stops_and_takes_commands_to_all_and_to_a_set(pool):
     assert "rank 0: waiting in all_reduce" in status and "for 1, 3, stopped at a breakpoint" in status, status
     assert sorted(pool.debug.stopped()) == [1, 3]
 
+    # a per-rank console in rank 1's frame (as pdb's interact: a copy of its names; the frame keeps its own)
+    assert "*interactive*" in pool.debug.step("[1] interact")[1]["out"]
+    pool.debug.step("[1] x = x * 10")
+    assert pool.debug.step("[1] print(x.sum().item())")[1]["out"].strip() == "30.0"
+    assert "exiting" in pool.debug.step("[1] exit()")[1]["out"]
+    assert pool.debug.step("[1] p rank")[1]["out"].strip() == "1"  # pdb again
     pool.debug.step("[1,3] continue")  # they reach the all-reduce; 0 and 2 stop at the next line
     places = stopped(pool, [0, 2])
     assert {w["line"] for w in places.values()} == {5}
