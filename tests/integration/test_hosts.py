@@ -145,6 +145,17 @@ def test_a_pool_attached_to_four_hosts(ip, no_pool, hosts, capsys):
     assert "rank 1 failed" in report and "h2" in report and "group re-formed" in report
     assert ddp(ip, "t = torch.ones(1)\ndist.all_reduce(t)").success
 
+    # a breakpoint across hosts: pdb's commands and replies go on the pool's encrypted telemetry
+    bg = lab.run("x = rank * 3\nbreakpoint()\ny = x + 1", background=True)
+    deadline = time.monotonic() + 30
+    while len(lab.debug.stopped()) < 4 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    replies = lab.debug.step("p x")
+    assert {r: reply["out"].strip() for r, reply in replies.items()} == {r: str(3 * r) for r in range(4)}, replies
+    lab.debug.step("c")
+    assert not bg.result(30).failed and ip.run_line_magic("ddp_gather", "y") == [1, 4, 7, 10]
+    capsys.readouterr()
+
     # a host is lost in the middle of a cell: named like a local death, control back within 10 s
     import threading
 
