@@ -151,9 +151,10 @@ def plan_recovery(outcome, result):
     if outcome.lost:
         return Recovery(lost=sorted(outcome.lost))
     errors = [o.error for o in result.outputs if o.error]
+    # (a rank that quit the debugger, q, may have left the group mid-collective, its own or a peer's)
     return Recovery(reform=bool(outcome.closed) or outcome.mismatch is not None or bool(outcome.timed_out)
                     or bool(outcome.undelivered)
-                    or any(is_echo(e) or comm_error(e) for e in errors))
+                    or any(is_echo(e) or comm_error(e) or e.ename == "BdbQuit" for e in errors))
 
 
 def recovery_notes(plan, world_size, escalate, seconds=0.0, stale=(), lang="en"):

@@ -272,7 +272,13 @@ class Lab:
         self.runner.forget(background)
 
     def interrupt(self, ranks=None):
-        """Send SIGINT to the given ranks (all by default), like Ctrl-C in each."""
+        """Send SIGINT to the given ranks (all by default), like Ctrl-C in each. A cell running in the
+        background is stopped as Ctrl-C stops a cell: SIGINT, then, for ranks stuck where it cannot reach
+        (inside gloo), their links cut, then the ranks killed (and restarted)."""
+        background = self.runner.background
+        if ranks is None and background is not None and not background.done():
+            background.interrupted.set()
+            return
         self.pool.interrupt(list(range(self.world_size)) if ranks is None else ranks)
 
     # ------------------------------------------------------------------ running code

@@ -180,8 +180,8 @@ class DDPMagics(Magics):
     @argument("--ranks", default=None, help="only these ranks, e.g. 0,2 or 1-3 (default: all)")
     @argument("--timeout", type=float, default=None,
               help="seconds this cell may run; then every rank is interrupted (SIGINT) and the cell fails. "
-                   "Not gloo's collective timeout: that is %%ddp_start --timeout")
-    @argument("--background", action="store_true",
+                   "Not the collective timeout: that is %%ddp_start --timeout")
+    @argument("--background", "--bg", action="store_true",
               help="return at once; the cell runs on (the dashboard stays live, widgets and knobs work); "
                    "%%ddp_wait shows its output")
     @argument("--expect", metavar="ERROR", default=None,

@@ -38,6 +38,7 @@ class Hooks:
     cut: Callable = None  # (ranks): break these running ranks' links, so collectives that cannot finish fail
     step: Callable = None  # (monitor): ranks wait at a breakpoint: ask the user for one debugger command
     collective_timeout: float = None  # seconds a collective may wait before it is cut (%ddp_start --timeout)
+    interrupted: Callable = None  # () -> True once %ddp_interrupt asked a background cell to stop: as Ctrl-C
 
 
 class Replies:
@@ -311,6 +312,8 @@ class Monitor:
                                                                           deadline - time.perf_counter()))
             self.replies.wait(wait)
             self.poll()
+            if self.hooks.interrupted is not None and self.hooks.interrupted():
+                self.interrupt()  # (once; the escalation goes on from there: links cut, then ranks killed)
             if self.check():
                 return True
             if self.hooks.step is not None and self.stopped():

@@ -33,7 +33,6 @@ from .recorder import Recorder, memory
 
 NAN = math.nan
 MEMORY_EVERY = 2.0  # seconds between the memory figures a rank sends in a long cell (a namespace scan: ~1 ms)
-SET_TIMEOUT = "torch.distributed.distributed_c10d:_set_pg_timeout"
 GLOO_PATIENCE = 24 * 3600  # seconds gloo lets a collective wait: the notebook cuts it at the pool's timeout first
 PAUSED_TICK = 0.02  # seconds between looks for the notebook's commands while pdb waits for one
 SWEEP_EVERY = 1.0  # seconds between looks for another account's connections to gloo's listeners (~0.5 ms each)
@@ -461,10 +460,10 @@ class Rank:
         install(self.refused, gate)  # every gloo group of this process: its connections checked before use
         seen, listening = {a: list(c) for a, c in GUARD.refused.items()}, _listening_ports()
         init = getattr(dist.init_process_group, "__wrapped__", dist.init_process_group)
-        init("gloo", store=store, rank=rank, world_size=world_size, timeout=wait)
-        patience = upstream.get(SET_TIMEOUT)  # the notebook times collectives out (monitor.py), never while a
-        if patience is not None:              # rank is stopped at a breakpoint: gloo's own timeout made long
-            patience(datetime.timedelta(seconds=max(timeout, GLOO_PATIENCE)))
+        # the notebook times collectives and sends out (monitor.py), never while a rank is stopped at a
+        # breakpoint: gloo's own timeout (collectives, send and recv alike) is made long
+        init("gloo", store=store, rank=rank, world_size=world_size,
+             timeout=datetime.timedelta(seconds=max(timeout, GLOO_PATIENCE)))
         self.rank, self.world_size, self.formed = rank, world_size, True
         self.probe.patch(lambda: self.formed)
         self.breakpoints.install()

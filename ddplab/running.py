@@ -82,7 +82,7 @@ class Runner:
             raise BadRequest("no cell runs in the background: %%ddp --background starts one")
         return background.result(timeout)
 
-    def execute(self, code, ranks, timeout, background=False):
+    def execute(self, code, ranks, timeout, background=None):
         """Run one cell on `ranks` until every rank is done or gone, then recover; its RunResult."""
         lab = self.lab
         live, rs = lab.live, lab.run_state
@@ -128,12 +128,13 @@ class Runner:
         """`text` in the pool's language (words.say)."""
         return say(self.lab.config.lang, text, **values)
 
-    def hooks(self, background=False):
+    def hooks(self, background=None):
         lab = self.lab
         return Hooks(lost=self.lost, kill=lab.pool.kill, interrupt=lab.pool.interrupt,
                      close_group=lab.group.close, draw=lambda: lab.show("update"), cut=self.cut,
                      step=None if background else lab.debug.stepper.prompt,  # (a background cell: %ddp_step)
-                     collective_timeout=lab.config.timeout)
+                     collective_timeout=lab.config.timeout,
+                     interrupted=background.interrupted.is_set if background else None)
 
     def lost(self, ranks):
         """The ranks of a running cell whose engines are gone; all of them once the pool is stopped under
@@ -198,6 +199,7 @@ class Background:
     def __init__(self, runner, code, ranks, timeout):
         self.runner, self.ranks = runner, ranks
         self._result = self._error = None
+        self.interrupted = threading.Event()  # %ddp_interrupt: the watching monitor interrupts, then escalates
         runner.lab.view_background(True)
         self.thread = threading.Thread(target=self._watch, args=(code, ranks, timeout), name="ddplab-background",
                                        daemon=True)
@@ -206,7 +208,7 @@ class Background:
     def _watch(self, code, ranks, timeout):
         lab = self.runner.lab
         try:
-            self._result = self.runner.execute(code, ranks, timeout, background=True)
+            self._result = self.runner.execute(code, ranks, timeout, background=self)
         except BaseException as exc:  # noqa: BLE001 - given to whoever waits
             self._error = exc
         finally:

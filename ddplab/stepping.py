@@ -8,8 +8,8 @@ is stepped with `%ddp_step` (Lab.debug.step), the notebook going on meanwhile.
 """
 import re
 import shutil
-import textwrap
 import time
+import unicodedata
 
 from .errors import BadRequest
 from .words import say
@@ -44,13 +44,30 @@ def side_by_side(blocks, width=None):
     for title, text in blocks.items():
         lines = [title, "─" * min(col, max(len(title), 8))]
         for line in text.rstrip().splitlines() or [""]:
-            lines += textwrap.wrap(line, col, replace_whitespace=False, drop_whitespace=False) or [""]
+            lines += _wrap(line, col)
         columns.append(lines)
     height = max(map(len, columns))
     rows = []
     for i in range(height):
-        rows.append(gap.join((c[i] if i < len(c) else "").ljust(col) for c in columns).rstrip())
+        cells = [c[i] if i < len(c) else "" for c in columns]
+        rows.append(gap.join(cell + " " * (col - _width(cell)) for cell in cells).rstrip())
     return "\n".join(rows)
+
+
+def _width(text):
+    """Columns `text` takes on screen: a Chinese character takes two."""
+    return sum(2 if unicodedata.east_asian_width(ch) in "WF" else 1 for ch in text)
+
+
+def _wrap(line, col):
+    """`line` cut into pieces of at most `col` screen columns."""
+    pieces, piece = [], ""
+    for ch in line:
+        if _width(piece + ch) > col:
+            pieces.append(piece)
+            piece = ""
+        piece += ch
+    return [*pieces, piece]
 
 
 class Stepper:

@@ -48,7 +48,6 @@ BUCKET_BYTES = "DDP's bucket bytes in each rank's memory figures"
 DATA = "the timeline's data spans (a DataLoader's next batch)"
 UNITS = "the FSDP unit (module) each collective on the timeline serves"
 FUNCTIONAL = "the timeline's spans of DTensor's collectives (tensor parallelism)"
-PATIENCE = "stepping at a breakpoint longer than the pool's collective timeout (without it gloo fails the others' wait)"
 GROUPS = "the group of a collective called with a group's name, on the timeline"
 GUARD = ("the check that each gloo connection is your own account's (it matters where the ranks share the "
          "machine's network: %ddp_status says whether they do)")
@@ -80,8 +79,6 @@ NAMES = {n.path: n for n in (
     Name("torch", "torch.distributed._functional_collectives:all_reduce", FUNCTIONAL),
     Name("torch", "torch.distributed._functional_collectives:all_gather_single", FUNCTIONAL),
     Name("torch", "torch.distributed._functional_collectives:reduce_scatter_single", FUNCTIONAL),
-    # torch: gloo's own timeout made long; the notebook times collectives out, never while a rank is stopped
-    Name("torch", "torch.distributed.distributed_c10d:_set_pg_timeout", PATIENCE),
     # torch: a c10d group name (what a functional collective may be given) -> its group (recorder.group)
     Name("torch", "torch.distributed.distributed_c10d:_resolve_process_group", GROUPS),
     Name("torch", "torch.distributed._functional_collectives:AsyncCollectiveTensor", FUNCTIONAL),

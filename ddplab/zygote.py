@@ -127,7 +127,26 @@ def _enter_namespace():
         loopback_up()
     except OSError as exc:
         return f"a private network namespace was made but could not be completed ({exc}), so it is not used"
+    if flags & CLONE_NEWUSER:
+        drop_capabilities()
     return None
+
+
+def drop_capabilities():
+    """Give up the capabilities a new user namespace grants (none is needed once loopback is up): a
+    child this process starts without them (py-spy, dumping a rank's stack) may then ptrace it."""
+    import ctypes
+
+    class Header(ctypes.Structure):
+        _fields_ = [("version", ctypes.c_uint32), ("pid", ctypes.c_int)]
+
+    class Data(ctypes.Structure):
+        _fields_ = [("effective", ctypes.c_uint32), ("permitted", ctypes.c_uint32), ("inheritable", ctypes.c_uint32)]
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.capset(ctypes.byref(Header(0x20080522, 0)), (Data * 2)()) != 0:  # _LINUX_CAPABILITY_VERSION_3: none
+        log.warning("the pool's processes keep their namespace's capabilities (capset: %s): %%ddp_stacks may be "
+                    "refused", os.strerror(ctypes.get_errno()))
 
 
 def loopback_up():

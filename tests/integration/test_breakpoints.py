@@ -90,6 +90,16 @@ def test_a_rank_held_at_a_breakpoint_is_never_timed_out_though_a_slow_one_is(poo
         result = bg.result(30)
         assert not result.failed and pool.gather("sum_") == [4.0] * 4
 
+        # a send waits for a receiver held at a breakpoint as long as it is held, too
+        bg = pool.run("t = torch.full((1,), float(rank))\nif rank == 1:\n    breakpoint()\n"
+                      "if rank == 0:\n    dist.send(t, 1)\nelif rank == 1:\n    dist.recv(t, 0)\ngot = t.item()",
+                      background=True)
+        stopped(pool, [1])
+        time.sleep(4.0)
+        assert not bg.done()
+        pool.debug.step("c")
+        assert not bg.result(30).failed and pool.gather("got")[:2] == [0.0, 0.0]
+
         with pytest.raises(CollectiveTimeout, match="longer than the pool's collective timeout"):
             pool.run("import time\nif rank == 1:\n    time.sleep(6)\nt = torch.ones(1)\ndist.all_reduce(t)", timeout=60)
     finally:
@@ -151,3 +161,33 @@ def test_each_rank_dumps_its_own_stacks_with_py_spy(pool):
     assert not bg.result(30).failed
     idle = pool.debug.stacks([1])  # between cells: the rank waits for its next request
     assert "Thread" in idle[1] and "py-spy failed" not in idle[1], idle[1][:2000]
+
+
+def test_interrupting_a_background_cell_stuck_in_gloo_escalates_as_ctrl_c_does(ip, pool):
+    """Ranks stuck inside gloo (a barrier rank 3 never joins, its recv no one sends to): SIGINT cannot
+    reach them, so %ddp_interrupt goes on as Ctrl-C does (links cut) and the cell ends in seconds, not
+    at the collective timeout; the pool works after."""
+    bg = pool.run("if rank == 3:\n    t = torch.zeros(1)\n    dist.recv(t, src=0)\nelse:\n    dist.barrier()",
+                  background=True)
+    time.sleep(2.0)
+    tic = time.monotonic()
+    ip.run_line_magic("ddp_interrupt", "")
+    with pytest.raises(RankFailed):
+        bg.result(25)
+    assert time.monotonic() - tic < 12
+    usable(pool)
+
+
+def test_a_pool_with_a_2_s_timeout_waits_for_a_held_rank_in_send_and_all_reduce():
+    """Its own pool, formed with --timeout 2: gloo's own timeouts (collectives, send and recv) must not
+    fire either while rank 1 is held at a breakpoint for 5 s, more than twice that."""
+    from ddplab import Lab
+
+    with Lab(2, timeout=2) as lab:
+        bg = lab.run("t = torch.ones(1)\nif rank == 1:\n    breakpoint()\nif rank == 0:\n    dist.send(t, 1)\n"
+                     "else:\n    dist.recv(t, 0)\ndist.all_reduce(t)\ntotal = t.item()", background=True)
+        stopped(lab, [1])
+        time.sleep(5.0)
+        assert not bg.done() and "rank 0: waiting in send" in lab.debug.stepper.status()
+        lab.debug.step("c")
+        assert not bg.result(30).failed and lab.gather("total") == [2.0, 2.0]
