@@ -1,5 +1,5 @@
 """Lesson 13 · A ring all-reduce by hand: the judges of its exercises (see __init__.py)."""
-from . import exercise, letter, near, number, right, whole_number, wrong
+from . import exercise, letter, near, number, right, unit_slip, whole_number, wrong, wrong_unit
 
 
 def ring_bytes(n, size):
@@ -23,6 +23,9 @@ def bytes_on_8_ranks(answer, run):
     if near(value, 7 * size, rel=0.01) or near(value, 14 * size, rel=0.01):
         return wrong("that counts whole tensors; a ring step sends one chunk, 1/N of the tensor.",
                      "这样数的是整个张量；环的每一步只发送一块，也就是张量的 1/N。")
+    found = unit_slip(value, ring_bytes(8, size), "bytes")
+    if found:
+        return wrong_unit(found, "bytes")
     return wrong(f"count the chunks: the tensor ({size:,} bytes) is cut into 8; how many does a rank send in each of "
                  "the two phases?",
                  f"数一数块数：张量（{size:,} 字节）被切成 8 块；在两个阶段中，一个 rank 各发送几块？")
@@ -43,21 +46,24 @@ def steps_on_8_ranks(answer, run):
                  "在第 1 部分的图中（4 个 rank）数一数每个阶段的步数，再换成 8 个 rank 算一遍。")
 
 
-@exercise("13.3", solution=lambda run: "a", mistake=lambda run: "b")
+@exercise("13.3", solution=lambda run: "d", mistake=lambda run: "a")
 def one_rank_receives_first(answer, run):
     choice = letter(answer, ("a", "b", "c", "d"))
+    if choice == "d":
+        return right("first 3→0: rank 0's recv lets rank 3's send finish. Rank 3, done sending, receives from rank 2: "
+                     "2→3. Rank 2, done sending, receives from rank 1: 1→2. Rank 0 called its send to rank 1 right "
+                     "after its recv, but that send waits until rank 1, done sending, calls its recv: 0→1 comes last. "
+                     "One rank that receives first breaks the cycle of waits, but the four transfers run one after "
+                     "another, against the ring's direction (3→0, 2→3, 1→2, 0→1): the exchange takes four transfers' "
+                     "time instead of one.",
+                     "首先是 3→0：rank 0 的 recv 让 rank 3 的 send 得以完成。rank 3 发完之后从 rank 2 接收：2→3。rank 2 发完"
+                     "之后从 rank 1 接收：1→2。rank 0 在 recv 之后立即调用了发给 rank 1 的 send，但这个 send 要等到 rank 1 发完、"
+                     "调用了自己的 recv 才能完成：0→1 排在最后。只要有一个 rank 先接收，等待的环就被打破了，但四次传输是逆着环"
+                     "的方向一个接一个进行的（3→0、2→3、1→2、0→1）：这次交换要花四次传输的时间，而不是一次。")
     if choice == "a":
-        return right("rank 0's recv lets rank 3's send finish; rank 3 then receives, which lets rank 2's send finish, "
-                     "and so on round the ring until rank 0 sends to rank 1, which is already receiving. One rank "
-                     "that receives first breaks the cycle of waits, but the transfers run one after another: the "
-                     "exchange takes four transfers' time instead of one.",
-                     "rank 0 的 recv 让 rank 3 的 send 得以完成；rank 3 接着接收，让 rank 2 的 send 得以完成，依此类推，沿着环"
-                     "一直到 rank 0 发给已经在接收的 rank 1。只要有一个 rank 先接收，等待的环就被打破了，但各次传输是一个接一个"
-                     "进行的：这次交换要花四次传输的时间，而不是一次。")
-    if choice == "b":
         return wrong("follow rank 3: it sends to rank 0. What is rank 0 doing at that moment?",
                      "跟着 rank 3 走一遍：它向 rank 0 发送。此时 rank 0 在做什么？")
-    if choice == "c":
+    if choice == "b":
         return wrong("each recv names its source (src=): a rank can only receive from the neighbour it asked for.",
                      "每个 recv 都指定了来源（src=）：一个 rank 只能收到它指定的那个邻居发来的数据。")
     return wrong("point-to-point calls are not collectives: ddplab does not match them across ranks (part 5).",

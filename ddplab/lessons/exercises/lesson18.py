@@ -1,5 +1,5 @@
 """Lesson 18 (debugging distributed code): the exercises' judges."""
-from . import Unreadable, exercise, right, whole_number, wrong
+from . import Unreadable, exercise, letter, right, whole_number, wrong
 
 
 @exercise("18.1", solution=lambda run: 7, mistake=lambda run: 0)
@@ -8,7 +8,7 @@ def pairs(answer, run):
     if n == 7:
         return right("no mismatch: each group's members call the same all-reduce on it, and a collective only "
                      "waits for its own group's members. Rank 2 adds its 3 to rank 3's 4: 7.",
-                     "不算不匹配：每个组的成员都在这个组上调用同一个 all-reduce，而集合通信只等待自己组里的成员。"
+                     "不算集合通信不匹配：每个组的成员都在这个组上调用同一个 all-reduce，而集合通信只等待自己组里的成员。"
                      "rank 2 的 3 加上 rank 3 的 4：7。")
     if n == 0:
         return wrong("a collective must match among the members of its group only. Do ranks 2 and 3 call the same "
@@ -58,3 +58,28 @@ def skipped_step(answer, run):
                      "%ddp_check 指出的是参数与 rank 0 不同的那些 rank。")
     return wrong("only one rank skipped its step; %ddp_check compares every rank with rank 0.",
                  "只有一个 rank 跳过了更新；%ddp_check 把每个 rank 都与 rank 0 比较。")
+
+
+@exercise("18.4", solution=lambda run: "c", mistake=lambda run: "a")
+def one_stopped_rank_goes_on(answer, run):
+    choice = letter(answer, ("a", "b", "c", "d"))
+    if choice == "c":
+        return right("an all-reduce on the default group finishes only when every rank of the group has called it. "
+                     "Ranks 2 and 3 are there already, rank 1 is still stopped before the loop: rank 0 waits in the "
+                     "first all-reduce (%ddp_step shows it waiting, for 1, stopped at a breakpoint) until rank 1 is "
+                     "sent on too. Nothing is cut or timed out meanwhile.",
+                     "默认进程组上的 all-reduce 只有在组内每个 rank 都调用了它之后才会结束。rank 2 和 3 已经在里面了，"
+                     "rank 1 还停在循环之前：rank 0 在第一个 all-reduce 中等待（%ddp_step 显示它在等待停在断点处的 "
+                     "rank 1），直到 rank 1 也被放行。在此期间没有任何东西被切断或超时。")
+    if choice == "a":
+        return wrong("until runs rank 0 on; can its all-reduce finish without rank 1's gradient?",
+                     "until 让 rank 0 继续运行；没有 rank 1 的梯度，它的 all-reduce 能结束吗？")
+    if choice == "b":
+        return wrong("a collective on a group needs every rank of the group: it never leaves out a rank that is "
+                     "stopped, it waits for it.",
+                     "一个进程组上的集合通信需要组内的每个 rank：它从不把停住的 rank 排除在外，而是等它。")
+    return wrong("ranks 2 and 3 waited for ranks 0 and 1 in that all-reduce the whole time you looked at them, and "
+                 "nothing was cut: ddplab never times out a collective while a rank it waits for is stopped at a "
+                 "breakpoint.",
+                 "在你查看 rank 0 和 1 的整个过程中，rank 2 和 3 一直在那个 all-reduce 中等它们，什么也没有被切断："
+                 "只要集合通信等待的 rank 停在断点处，ddplab 就从不让它超时。")
