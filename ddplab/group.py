@@ -68,6 +68,9 @@ class Group:
             except Exception as exc:  # noqa: BLE001 - reported with its text
                 raise StartFailed(f"rank {r} could not join the gloo group: {exc}") from exc
         self.info = [dict(ar.get(), engine=eid) for eid, ar in zip(eids, ars)]
+        ports = sorted({p for i in self.info for p in i.get("ports", ())})  # each rank learns every rank's listeners
+        for ar in [client[eid].apply_async(call, "know_ports", ports) for eid in eids]:
+            ar.get(max(0.1, deadline - time.perf_counter()))
         for i, facts in zip(self.info, pool.facts):
             i.update(address=facts["ip"], ifname=facts["ifname"])
         stale = sorted({tuple(s) for i in self.info for s in i.pop("stale", [])})

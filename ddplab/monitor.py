@@ -138,6 +138,7 @@ class Monitor:
         self.view_ok = True
         self.looked_at = 0.0
         self.timed_out = ""
+        self.cut_for_lost = False  # the running ranks' links were cut once a rank was lost
         self.last_stopped = self.started  # when a rank was last seen stopped at a breakpoint (or the cell began)
 
     # ------------------------------------------------------------------ telemetry and drawing
@@ -203,6 +204,7 @@ class Monitor:
         if running and self.hooks.cut is not None and not stopped:
             self._look_for_mismatch(running, now)
             self._look_for_timeout(running, now)
+            self._free_from_lost(running, now)
         if not running:
             return True
         action = escalation.due(now, any_stuck=any(self._stuck(r) for r in running if r not in stopped))
@@ -252,6 +254,19 @@ class Monitor:
         """The running ranks stopped at a breakpoint, pdb waiting for a command."""
         rs = self.live.run_state
         return [r for r in (self.running() if running is None else running) if rs.ranks[r].stopped is not None]
+
+    def _free_from_lost(self, running, now):
+        """A rank is lost (its engine or host gone): the group has lost a member, so a collective the
+        others wait in can never finish. gloo notices a dead peer's closed connections on its own only
+        sometimes (not after the group was re-formed on other hosts: 30 s there): cut their links once,
+        fail_fast after the loss."""
+        if self.cut_for_lost or not self.lost or now - min(self.failed_at[r] for r in self.lost) < self.fail_fast:
+            return
+        self.cut_for_lost = True
+        log.info("ranks %s lost: cutting the links of ranks %s (their collectives cannot finish)", sorted(self.lost),
+                 running)
+        self.hooks.cut(running)
+        self.escalation.did("cut", now)
 
     def _look_for_timeout(self, running, now):
         """A collective that waited longer than the pool's timeout (not counting the time a rank was stopped

@@ -180,6 +180,7 @@ class Sender:
                 if time.monotonic() - swept >= SWEEP_EVERY:
                     swept = time.monotonic()
                     GUARD.sweep()
+                    self.rank.free_from_closed_peer()
                 failing = 0
             except Exception:  # noqa: BLE001 - the live view may skip a tick; the rank goes on (and says so)
                 failing += 1
@@ -291,6 +292,8 @@ class Rank:
         self.probe = Probe()
         self.recorder = self.probe.recorder = Recorder(self)  # the timeline: spans on one clock
         self.fault, self._last_log = None, None  # a fault drill set by %ddp_fault: {"kind", "at_step", "factor"}
+        self.group_ports = set()  # every rank's gloo listeners (know_ports): a link of them closing is a lost member
+        self._links = None  # the group's connections seen since it formed ((local, remote) pairs), or None
         self.lock = threading.Lock()  # the columns and events, between the cell's thread and the sender's
         self.sender = Sender(self)
         self.breakpoints = Breakpoints(self)  # breakpoint() in a cell: pdb driven from the notebook
@@ -521,6 +524,30 @@ class Rank:
         for inode, fd, local, remote, _ in connections():
             if local[1] in ports or remote[1] in ports:
                 shut_down(fd, inode)
+
+    def know_ports(self, ports):
+        """Every rank's gloo listeners (the notebook tells each rank once the group formed)."""
+        self.group_ports, self._links = set(ports), None
+
+    def free_from_closed_peer(self):
+        """In a cell, a gloo connection of this rank's group closed (a peer's process died, or its group
+        was closed under it): the group lost a member, so a collective waiting on it may never finish.
+        gloo fails the collective by itself only sometimes (across hosts, after the group was formed
+        again: not until its timeout), so this rank cuts its links, and its collective fails at once.
+        On the telemetry thread, once a second in cells; every link seen since the group formed counts."""
+        from .privacy import connections
+
+        if not (self.in_cell and self.group_ports and self.formed):
+            return  # (the links seen so far stay the baseline: a rank may die between two cells)
+        ports = self.group_ports
+        me = os.getuid()  # (another account's connection, which the gate or the guard closes, is no peer's)
+        links = {(local, remote) for _, _, local, remote, owner in connections()
+                 if (local[1] in ports or remote[1] in ports) and owner in (None, me)}
+        known, self._links = self._links, links if self._links is None else self._links | links
+        if known and known - links:
+            log_ddplab.info("a gloo connection of this rank's group closed in a cell: cutting its links")
+            self.group_ports, self._links = set(), None  # (once per forming)
+            self.cut(ports)
 
     def close_group(self, ports=()):
         """Cut this (idle) rank's links and destroy its group, so peers waiting on it in a collective

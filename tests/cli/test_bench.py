@@ -17,6 +17,7 @@ EXPECTED = {"log", "start_cold", "start_warm", "cells_after_ready", "cells_settl
 
 @pytest.mark.pool
 @pytest.mark.slow
+@pytest.mark.timeout(600)  # (every section once, tiny: about 5 minutes on 2 cores)
 def test_the_suite_runs_and_writes_json_and_a_plot(tmp_path):
     proc = subprocess.run([sys.executable, "-m", "bench", "--quick", "--out", str(tmp_path)], cwd=ROOT,
                           capture_output=True, text=True, timeout=900)

@@ -46,7 +46,8 @@ def test_a_straggler_is_named_and_the_others_wait_for_it(pool):
     assert parts[2]["wait"] < 0.004 and parts[2]["compute"] >= 0.02, parts[2]  # it waits for nobody
     assert tl.blame()[2] >= 0.012  # each other rank waits for it, on average
     frame = tl.to_pandas()
-    assert list(frame.columns) == ["rank", "step", "phase", "start", "end", "op", "bucket", "module", "bytes", "wait"]
+    assert list(frame.columns) == ["rank", "step", "phase", "start", "end", "op", "bucket", "module", "group", "bytes",
+                                   "wait"]
     assert set(frame["rank"]) == {0, 1, 2, 3} and set(frame["phase"]) >= {"forward", "backward", "optimizer", "comm"}
     assert frame["step"].max() == 24  # steps counted by ddplab.log
     assert "rank 2 is the slowest" in repr(tl) and "compute" in tl.summary().columns
