@@ -24,6 +24,7 @@ def send(address, key, ranks, steps):
     import zmq
 
     from ddplab import wire
+    from ddplab.recorder import FIELDS
 
     sock = zmq.Context.instance().socket(zmq.DEALER)
     sock.connect(address)
@@ -35,15 +36,15 @@ def send(address, key, ranks, steps):
             points = {"step": array("q", range(start, stop)), "time": array("d", (s * 0.001 for s in range(start, stop))),
                       "loss": array("d", (1.0 / (s + 1) for s in range(start, stop))),
                       "samples": array("d", [64.0] * (stop - start))}
-            spans = {name: array(code) for name, code in (("cell", "i"), ("step", "i"), ("phase", "b"), ("op", "b"),
-                                                          ("bucket", "i"), ("bytes", "q"), ("start", "d"),
-                                                          ("end", "d"), ("seq", "i"))}
+            spans = {name: array(code) for name, code in FIELDS}  # (the rank's recorder's columns)
             for s in range(start, stop):
                 t = s * 0.001
                 for k, (phase, op, bucket) in enumerate(((0, 0, -1), (1, 0, -1), (4, 1, 0), (4, 1, 1), (2, 0, -1),
                                                          (3, 0, -1), (4, 1, -1), (0, 0, -1))):
-                    for name, value in zip(spans, (1, s, phase, op, bucket, 4096 if op else 0, t + k * 1e-4,
-                                                   t + (k + 1) * 1e-4 + r * 1e-5, s if op else -1)):
+                    span = dict(cell=1, step=s, phase=phase, op=op, bucket=bucket, bytes=4096 if op else 0,
+                                start=t + k * 1e-4, end=t + (k + 1) * 1e-4 + r * 1e-5, group=0 if op else -1,
+                                seq=s if op else -1)
+                    for name, value in span.items():
                         spans[name].append(value)
             seq[r] += 1
             sock.send_multipart(wire.encode(key, r, 1, points, gen=0, seq=seq[r], spans=spans))
@@ -75,13 +76,15 @@ def receive(ranks, steps):
     sender = subprocess.Popen([sys.executable, "-m", "bench.kernel_memory", "send", telemetry.address,
                                telemetry.key.hex(), str(ranks), str(steps)])
     deadline = time.monotonic() + 600
-    while not telemetry.dropped and time.monotonic() < deadline:  # until the sender says it is through
+    while not telemetry.dropped and time.monotonic() < deadline and sender.poll() is None:  # until the sender is through
         for batch in telemetry.batches():
             merge(live, batch, time.monotonic())
         telemetry.wait(20)
     for batch in telemetry.batches():
         merge(live, batch, time.monotonic())
     sender.wait(30)
+    if sender.returncode:
+        raise RuntimeError(f"the simulated ranks failed (exit {sender.returncode})")
     live.spans.finish()
     gc.collect()
     grown = psutil.Process().memory_info().rss - before

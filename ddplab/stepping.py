@@ -15,7 +15,7 @@ from .errors import BadRequest
 from .words import say
 
 TARGET = re.compile(r"^\s*\[([\d,\s]*|all)\]\s*(.*)$")
-REPLY_WAIT = 10.0  # seconds a command may take before the rank is shown as running it
+REPLY_WAIT = 30.0  # seconds a command may take before the rank is shown as still carrying it out
 MOVED_WAIT = 1.0  # seconds to wait for a rank that ran on (next, step) to stop again, before showing it running
 LEAVE = {"c", "cont", "continue", "q", "quit", "exit"}
 
