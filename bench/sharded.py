@@ -3,7 +3,7 @@
 ddplab.workloads.train_fsdp (the MLP 784-512-512-10, fully_shard per layer, Adam, batch 64 per
 rank) and train_tp (an MLP whose two column/row-split pairs span every rank, Adam, batch 64),
 each with ddplab.log every step and the timeline on (every all-gather, reduce-scatter and
-all-reduce recorded with its module and group). In each of three fresh kernels per workload, the
+all-reduce recorded with its module and group). In each of five fresh kernels per workload, the
 first %%ddp training right after %ddp_start and the second, against torchrun runs of the same
 loop, one thread per rank, between the kernels (T K T K T K T): the first run is compared with the
 torchrun run just before its kernel, the second with the one just after (>= 0.98x each).
@@ -24,7 +24,7 @@ def in_notebook(workload, n, steps, runs=2):
 
 
 def run(quick=False):
-    n, steps, repeats = (2, 20, 1) if quick else (4, 300, 3)
+    n, steps, repeats = (2, 20, 1) if quick else (4, 300, 5)
     rows = []
     for workload, what in (("fsdp", "FSDP2 (fully_shard per layer)"), ("tp", "tensor parallelism (Colwise/Rowwise)")):
         alone = [torchrun(n, steps, 1, workload)]
