@@ -14,7 +14,7 @@ import time
 
 import psutil
 
-SUITE = ["log_cost", "start", "training", "sharded", "history", "kernel_memory", "dashboard_scale", "hosts"]
+SUITE = ["log_cost", "start", "training", "sharded", "history", "kernel_memory", "dashboard_scale", "hosts", "frameworks"]
 
 
 def machine():
@@ -27,7 +27,7 @@ def machine():
 
 
 def fmt(x, unit):
-    return f"{x:.2f}" if unit in ("x", "efficiency", "core") else f"{x:.3g}"
+    return f"{x:.2f}" if unit in ("x", "efficiency", "core") else f"{x:.0f}" if unit == "MiB" else f"{x:.3g}"
 
 
 def table(results):

@@ -32,7 +32,8 @@ _LAZY = {
 __all__ = ["__version__", "load_ipython_extension", "unload_ipython_extension", *_LAZY]
 
 
-_RANK = ("log", "phase", "history", "knob", "mesh")  # what rank code calls: `import ddplab` in a %%ddp cell keeps them working
+# what rank code calls: `import ddplab` in a %%ddp cell keeps them working
+_RANK = ("log", "phase", "history", "knob", "mesh", "tf_config", "jax_distributed")
 
 
 def __getattr__(name):

@@ -157,6 +157,20 @@ def plan_recovery(outcome, result):
                     or any(is_echo(e) or comm_error(e) or e.ename == "BdbQuit" for e in errors))
 
 
+TF_ABORTED = "collective ops is aborted"  # (TensorFlow's words, once a peer failed: errors.ECHOES)
+
+
+def framework_notes(result, lang="en"):
+    """What the failure left of another framework's state on the ranks: TensorFlow aborts its collectives
+    for good (in that process) once a worker of a MultiWorkerMirroredStrategy failed."""
+    aborted = sorted(r for r, e in result.failed.items() if TF_ABORTED in f"{e.ename} {e.evalue}".lower())
+    if not aborted:
+        return []
+    return [say(lang, "TensorFlow aborted its collectives on {ranks} and cannot run them again in these processes: "
+                      "%ddp_restart --all gives fresh ranks; then call ddplab.tf_config() and make the strategy again",
+                ranks=ranks_text(aborted, lang))]
+
+
 def recovery_notes(plan, world_size, escalate, seconds=0.0, stale=(), lang="en"):
     """What was done, for the user (in the pool's language): one sentence per action."""
     if plan.restart:

@@ -185,10 +185,14 @@ UNDELIVERED = {  # why a cell's message went missing -> (ename, evalue)
 }
 
 
+ECHOES = ("connection closed by peer", "connection reset by peer",  # gloo's (torch's, JAX's)
+          "collective ops is aborted by")  # TensorFlow's, once a peer's link closed
+
+
 def is_echo(error):
-    """A failure caused by another rank's: its collective was cut off (gloo's message)."""
+    """A failure caused by another rank's: its collective was cut off."""
     text = f"{error.ename} {error.evalue}".lower()
-    return "connection closed by peer" in text or "connection reset by peer" in text
+    return any(echo in text for echo in ECHOES)
 
 
 @dataclass

@@ -66,19 +66,19 @@ class GroupTaken(RuntimeError):
     """Another account took a connection of this group every time it was built."""
 
 
-def install(on_refused=None, gate=True):
+def install(on_refused=None, gate=True, local=True):
     """Build every gloo backend of this process through GuardedGloo (idempotent); on_refused(account,
     n, taken) hears of the connections of one account refused at once (n, of them `taken` had taken a
     pair). Also lets the rank hold as many descriptors as the machine allows it (a flood of
     connections must not run gloo out of them), and, with `gate`, puts up the accept gate (gate.py)
-    for the calling thread, which makes gloo's groups."""
+    for the calling thread, which makes gloo's groups (local: every rank of the pool is on this machine)."""
     import torch.distributed as dist
     from torch.distributed import distributed_c10d as c10d
 
     GUARD.on_refused = on_refused
     raise_descriptor_limit()
     if gate:
-        GATE.install()
+        GATE.install(local)
     if not dist.is_gloo_available():
         return
     real = upstream.get("torch.distributed.distributed_c10d:ProcessGroupGloo")  # (None: the guard is off, said once)
@@ -183,8 +183,8 @@ class Guard:
             counts = self.refused.setdefault(account, [0, 0])
             counts[0] += n
             counts[1] += taken
-            log.warning("%d gloo connection(s) of %s (uid %d) refused%s", n, account, uid,
-                        f" ({taken} had taken a pair)" if taken else "")
+            log.warning("%d connection(s) of %s (%s) to the rank's listeners refused%s", n, account,
+                        uid if isinstance(uid, str) else f"uid {uid}", f" ({taken} had taken a pair)" if taken else "")
             if self.on_refused is not None:
                 self.on_refused(account, n, taken)
 
@@ -219,6 +219,8 @@ GUARD = Guard()
 
 
 def _account(uid):
+    if isinstance(uid, str):  # ("another host": the gate refuses other hosts' connections to a local pool)
+        return uid
     try:
         import pwd
 

@@ -456,6 +456,13 @@ def _ip(hexa, width):
     return _ip_bytes(words)
 
 
+def private_network():
+    """This process lives in a network namespace with nothing but a loopback interface (a pool's own)."""
+    import socket
+
+    return [name for _, name in socket.if_nameindex()] == ["lo"]
+
+
 def network_namespace(pid):
     """An id of the network namespace process `pid` lives in (compare two; None if unknown)."""
     try:

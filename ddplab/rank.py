@@ -282,6 +282,7 @@ class Rank:
 
     def __init__(self):
         self.rank, self.world_size = 0, 1
+        self.ifname, self.timeout = None, 300.0  # this rank's interface toward its peers (None: a local pool)
         self.columns = Columns()
         self.events = []  # (cell, time, kind, value): phase changes, hints, a cell's beginning
         self.cell, self.cell_t0, self.step, self.in_cell = 0, time.perf_counter(), -1, False
@@ -345,6 +346,26 @@ class Rank:
         for i, name in enumerate(names or ()):  # the timeline names each collective's group by its dimension
             self.recorder.dim_names[mesh.get_group(i).group_name] = name
         return mesh
+
+    def tf_config(self):
+        """This rank's TF_CONFIG as worker `rank` of the pool's TensorFlow cluster (worker 0 the chief),
+        set in os.environ: call it on every rank, then make the strategy before any other TensorFlow op.
+
+            ddplab.tf_config()
+            strategy = tf.distribute.MultiWorkerMirroredStrategy()
+
+        Refused in one line where TensorFlow's server would be reachable by other accounts (frameworks.py)."""
+        from .frameworks import tf_config
+
+        return tf_config(self.rank, self.ifname, self.lang)
+
+    def jax_distributed(self, cpu_devices=None):
+        """Start jax.distributed across the pool's ranks (gloo collectives on the CPU; the coordinator on
+        rank 0): call it on every rank before JAX computes anything. cpu_devices: CPU devices per rank.
+        Returns jax.devices(), every rank's."""
+        from .frameworks import jax_distributed
+
+        return jax_distributed(self.rank, self.world_size, self.ifname, self.timeout, cpu_devices, self.lang)
 
     @contextlib.contextmanager
     def phase(self, name):
@@ -427,8 +448,16 @@ class Rank:
         (it reaches the rank in this call: ipyparallel's signed channel). curve: what connects to
         ddplab's TCP sockets (members.py): {"member": the pool's key pair, "telemetry" and "store":
         the servers' public keys}. compile_cache: the folder torch.compile may use, checked here again
-        (privacy.py); None: this host's default. gate: put up the accept gate (gate.py; DDPLab.accept_gate).
+        (privacy.py); None: this host's default. gate: put up the accept gate (gate.py; DDPLab.accept_gate)
+        where the rank shares the machine's network.
         """
+        from .privacy import private_network
+
+        gate = gate and not private_network()  # (in the pool's own network namespace nobody else can connect)
+        if gate:
+            from .gate import GATE
+
+            GATE.start(local=not ifname)  # the accept gate's keeper starts while the rank goes on (guard.install)
         self.sender.flush_every, self.lang = flush, lang
         with self.lock:  # from now until connect(), no cut applies: one decoded for the forming being
             self.sender.cuttable = None  # replaced must not reach the connections of the group made here
@@ -460,7 +489,7 @@ class Rank:
         from .gate import GATE
         from .guard import GUARD, install
 
-        install(self.refused, gate)  # every gloo group of this process: its connections checked before use
+        install(self.refused, gate, local=not ifname)  # every gloo group of this process: its connections checked before use
         seen, listening = {a: list(c) for a, c in GUARD.refused.items()}, _listening_ports()
         init = getattr(dist.init_process_group, "__wrapped__", dist.init_process_group)
         # the notebook times collectives and sends out (monitor.py), never while a rank is stopped at a
@@ -468,6 +497,7 @@ class Rank:
         init("gloo", store=store, rank=rank, world_size=world_size,
              timeout=datetime.timedelta(seconds=max(timeout, GLOO_PATIENCE)))
         self.rank, self.world_size, self.formed = rank, world_size, True
+        self.ifname, self.timeout = ifname, timeout
         self.probe.patch(lambda: self.formed)
         self.breakpoints.install()
         self.recorder.enabled = timeline
@@ -657,6 +687,7 @@ def _private_compile_cache(wanted):
 
 RANK = Rank()  # this process's rank (one per engine)
 log, phase, knob, history, mesh = RANK.log, RANK.phase, RANK.knob, RANK.history, RANK.mesh  # rank code's ddplab.log(...), ...
+tf_config, jax_distributed = RANK.tf_config, RANK.jax_distributed
 breakpoint = RANK.breakpoints.hook  # ddplab.breakpoint(ranks=[0, 2]): stop those ranks only
 
 

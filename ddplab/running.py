@@ -102,7 +102,7 @@ class Runner:
             self.last_result = result
         plan = cell.plan_recovery(outcome, result)
         destroyed = "destroyed" in live.hints and not plan
-        result.recovery = self.recover(plan)
+        result.recovery = self.recover(plan) + cell.framework_notes(result, lab.config.lang)
         result.hints = self.hints(destroyed)
         rs.end_cell(time.monotonic())
         lab.report.notices()

@@ -42,6 +42,83 @@ def free_gib():
     return psutil.virtual_memory().available / 2**30
 
 
+UNLIMITED = 2**60  # cgroup v1 writes "no limit" as a huge number (9223372036854771712)
+MEMORY_FILES = {2: ("memory.max", "memory.current", "inactive_file"),  # limit, usage, reclaimable cache
+                1: ("memory.limit_in_bytes", "memory.usage_in_bytes", "total_inactive_file")}
+
+
+def memory_cgroups(root="/sys/fs/cgroup", proc="/proc/self/cgroup"):
+    """[(cgroup version, folder)] of this process's memory cgroup and each one above it (a limit
+    anywhere above holds too), then the root's as a container shows it."""
+    found = []
+    try:
+        with open(proc) as f:
+            lines = f.read().splitlines()
+    except OSError:
+        lines = []
+    for line in lines:
+        _, controllers, path = line.split(":", 2)
+        if controllers == "":
+            version, base = 2, root
+        elif "memory" in controllers.split(","):
+            version, base = 1, os.path.join(root, "memory")
+        else:
+            continue
+        parts = [p for p in path.split("/") if p]
+        found += [(version, os.path.join(base, *parts[:i])) for i in range(len(parts), 0, -1)]
+    return found + [(2, root), (1, os.path.join(root, "memory"))]
+
+
+def _read_int(path):
+    try:
+        with open(path) as f:
+            text = f.read().strip()
+        return None if text == "max" else int(text)
+    except (OSError, ValueError):
+        return None
+
+
+def _limiting(root, proc):
+    """(limit in bytes, cgroup version, folder) of the smallest memory limit over this process, or None."""
+    limits = []
+    for version, folder in memory_cgroups(root, proc):
+        n = _read_int(os.path.join(folder, MEMORY_FILES[version][0]))
+        if n is not None and 0 < n < UNLIMITED:
+            limits.append((n, version, folder))
+    return min(limits) if limits else None
+
+
+def memory_limit(root="/sys/fs/cgroup", proc="/proc/self/cgroup"):
+    """The memory this session may use, in bytes (the smallest cgroup limit over this process, v2's
+    memory.max or v1's memory.limit_in_bytes: Binder's 2 GiB, a hub's 1 GiB), or None if none."""
+    found = _limiting(root, proc)
+    return found[0] if found else None
+
+
+def memory_available(root="/sys/fs/cgroup", proc="/proc/self/cgroup"):
+    """Bytes this session can still take: its cgroup's limit less what the cgroup holds (but page
+    cache it can drop), or the machine's available memory where that is less."""
+    available = psutil.virtual_memory().available
+    found = _limiting(root, proc)
+    if found is None:
+        return available
+    limit, version, folder = found
+    _, usage, cache = MEMORY_FILES[version]
+    used = _read_int(os.path.join(folder, usage))
+    if used is None:
+        return min(available, limit)
+    reclaimable = 0
+    try:
+        with open(os.path.join(folder, "memory.stat")) as f:
+            for line in f:
+                key, _, value = line.partition(" ")
+                if key == cache:
+                    reclaimable = int(value)
+    except (OSError, ValueError):
+        pass
+    return max(0, min(available, limit - used + reclaimable))
+
+
 def loopback_interface():
     """Name of the interface holding 127.0.0.1 ('lo' on Linux, 'lo0' on macOS)."""
     for name, addrs in psutil.net_if_addrs().items():

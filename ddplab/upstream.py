@@ -60,6 +60,7 @@ IPC = "the local pool's controller on socket files (ipc://; a local pool cannot 
 EXIT_CODE = "the exit code of a local-spawn engine that died"
 TRACEBACK = "ddplab's errors in a few lines instead of a long traceback"
 TITLE = "the lessons' checks of a figure's title"
+FIRST = "the one-line error when TensorFlow or JAX ran before ddplab.tf_config() / ddplab.jax_distributed()"
 
 NAMES = {n.path: n for n in (
     # torch: the timeline (recorder.py)
@@ -119,6 +120,9 @@ NAMES = {n.path: n for n in (
     # IPython calls DDPLabError._render_traceback_ (errors.py, magics.py)
     Name("ipython", "IPython.core.interactiveshell:InteractiveShell.showtraceback", TRACEBACK,
          uses="_render_traceback_"),
+    # TensorFlow and JAX, where the frameworks extra is installed: did they run already? (frameworks.py)
+    Name("tensorflow-cpu", "tensorflow.python.eager.context:Context._initialized", FIRST, instance=True),
+    Name("jax", "jax._src.xla_bridge:backends_are_initialized", FIRST),
     # matplotlib: the lessons' pictures (lessons/draw.py; matplotlib >= 3.8 has Figure.get_suptitle())
     Name("matplotlib", "matplotlib.figure:Figure._suptitle", TITLE, instance=True),
 )}

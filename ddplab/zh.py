@@ -91,6 +91,23 @@ ZH = {
         "{lost} 已丢失：运行 %ddp_restart（Lab.restart()）可以恢复完整的进程组（{lost} 将从头开始；{kept} 保留各自的变量）",
     "{lost} lost: run %ddp_restart (Lab.restart()) to bring back a full group ({lost} {start} fresh)":
         "{lost} 已丢失：运行 %ddp_restart（Lab.restart()）可以恢复完整的进程组（{lost} 将从头开始）",
+    "TensorFlow aborted its collectives on {ranks} and cannot run them again in these processes: %ddp_restart --all gives fresh ranks; then call ddplab.tf_config() and make the strategy again":
+        "TensorFlow 中止了 {ranks} 上的集合通信，在这些进程中不能再运行它们：%ddp_restart --all 会给出全新的 rank；然后调用 ddplab.tf_config() 并重新创建 strategy",
+    # --- frameworks.py (in a rank)
+    "TensorFlow's gRPC server listens on every interface of this machine":
+        "TensorFlow 的 gRPC 服务器在这台机器的每个网络接口上监听",
+    "JAX's coordinator and gloo listen on this machine's addresses":
+        "JAX 的协调服务和 gloo 在这台机器的地址上监听",
+    "turned off (DDPLab.accept_gate = False)":
+        "已关闭（DDPLab.accept_gate = False）",
+    "{listens} with no authentication, and these ranks share the machine's network without the accept gate ({why}): any account could connect. Turn the gate on (%config DDPLab.accept_gate = True, then %ddp_restart), or give the pool a network of its own (%ddp_status says what an administrator can change)":
+        "{listens}，不做任何认证；而这些 rank 共用这台机器的网络，又没有接入闸门（{why}）：任何账户都能连上来。请打开闸门（%config DDPLab.accept_gate = True，然后 %ddp_restart），或者给进程池一个自己的网络（%ddp_status 会说明管理员可以改哪项设置）",
+    "TensorFlow already ran an op in this rank, and MultiWorkerMirroredStrategy must be made before any (\"Collective ops must be configured at program startup\"): %ddp_restart --all gives fresh ranks; then call ddplab.tf_config() and make the strategy first":
+        "TensorFlow 已经在这个 rank 中运行过操作，而 MultiWorkerMirroredStrategy 必须在任何操作之前创建（\"Collective ops must be configured at program startup\"）：%ddp_restart --all 会给出全新的 rank；然后先调用 ddplab.tf_config() 并创建 strategy",
+    "JAX already ran a computation in this rank, and jax.distributed must start before any: %ddp_restart --all gives fresh ranks; then call ddplab.jax_distributed() first":
+        "JAX 已经在这个 rank 中做过计算，而 jax.distributed 必须在任何计算之前启动：%ddp_restart --all 会给出全新的 rank；然后先调用 ddplab.jax_distributed()",
+    "JAX's distributed runtime was started here as process {index} of {count}, and it starts once per process: %ddp_restart --all gives fresh ranks":
+        "JAX 的分布式运行时已经在这里以 {count} 个进程中的第 {index} 个启动过，而它在每个进程中只能启动一次：%ddp_restart --all 会给出全新的 rank",
     "group re-formed in {ms:.0f} ms; variables kept":
         "进程组已重新组建，用时 {ms:.0f} 毫秒；变量都保留着",
     "{name} (a process group): create it again":

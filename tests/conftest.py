@@ -14,8 +14,15 @@ def pytest_xdist_auto_num_workers(config):
 
 def pytest_collection_modifyitems(items):
     """The long tests first: xdist hands out the groups (largest first), then single tests in
-    collection order, and a 90-s test handed out last leaves the other worker idle meanwhile."""
+    collection order, and a 90-s test handed out last leaves the other worker idle meanwhile.
+    And the user's environment (tests/users/accounts.py) is made here, before any test's clock
+    starts, where a test of the tiers that run as a user is among those collected: on a fresh
+    machine pip installs torch, TensorFlow and JAX into it (minutes, each pip call bounded)."""
     items.sort(key=lambda item: item.get_closest_marker("slow") is None)
+    if os.geteuid() == 0 and any(part in ("users", "notebooks") for item in items for part in item.path.parts[-3:-1]):
+        from tests.users.accounts import user_env
+
+        user_env()
 
 
 @pytest.fixture(scope="session")

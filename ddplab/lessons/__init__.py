@@ -47,3 +47,29 @@ def check(key, answer=..., **run):
     from .exercises import check as judge
 
     return judge(key, answer, **run)
+
+
+FRAMEWORKS = {"tensorflow": "TensorFlow", "jax": "JAX"}  # what lesson 16 runs beside torch (the frameworks extra)
+INSTALL_FRAMEWORKS = 'pip install "ddplab[frameworks]"'
+
+
+class MissingFramework(ModuleNotFoundError):
+    """A lesson needs a framework ddplab's frameworks extra installs."""
+
+    def _render_traceback_(self):  # IPython: the one line, no traceback
+        return [f"{type(self).__name__}: {self}"]
+
+
+def require_frameworks():
+    """Lesson 16's first cell: TensorFlow and JAX are installed (`pip install "ddplab[frameworks]"`), or a
+    one-line error that says what to install (in a notebook, "Run All" stops there)."""
+    import importlib.util
+
+    missing = [name for module, name in FRAMEWORKS.items() if importlib.util.find_spec(module) is None]
+    if missing:
+        raise MissingFramework(say(
+            f"this lesson runs {' and '.join(missing)} beside torch, and they are not installed: run "
+            f"{INSTALL_FRAMEWORKS} (about 1.7 GB on disk), then restart the kernel. Every other lesson runs without them",
+            f"这一课要在 torch 旁边运行 {'和'.join(missing)}，而它们没有安装：运行 {INSTALL_FRAMEWORKS}（约占 1.7 GB 磁盘空间），"
+            "然后重启内核。其他各课都不需要它们"))
+    return sorted(FRAMEWORKS.values())

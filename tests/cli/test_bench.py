@@ -12,7 +12,9 @@ EXPECTED = {"log", "start_cold", "start_warm", "cells_after_ready", "cells_settl
             "train_vs_all_cores", "fsdp_first_vs_torchrun", "fsdp_vs_torchrun", "tp_first_vs_torchrun", "tp_vs_torchrun",
             "dashboard_on_off", "log_overhead", "timeline_on_off", "scaling", "history_bytes", "history_build",
             "kernel_bytes_per_item", "dashboard_frame",
-            "dashboard_cpu", "hosts_group", "hosts_lost"}  # hosts: root makes namespaces (CI and here)
+            "dashboard_cpu", "hosts_group", "hosts_lost",  # hosts: root makes namespaces (CI and here)
+            "pool_mib_torch", "pool_mib_tensorflow", "pool_mib_jax", "tf_strategy_form", "step_ms_torch",
+            "step_ms_tensorflow", "step_ms_jax"}
 
 
 @pytest.mark.pool

@@ -12,6 +12,8 @@ import shlex
 import subprocess
 import sys
 
+import tomllib
+
 from tests.users.accounts import post_build_commands
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
@@ -28,15 +30,21 @@ def ddplab_install_lines(path, heading):
 
 
 def test_users_binder_and_the_tests_install_ddplab_with_the_same_command():
+    """Users install ddplab with `pip install .`, then (optional) the frameworks extra with
+    `pip install "ddplab[frameworks]"`; Binder and the tests' user environment run both at once:
+    `pip install ".[frameworks]"`."""
     for path, heading in (("README.md", "\nElsewhere"), ("docs/getting-started.md", "## Installing it elsewhere")):
-        assert ddplab_install_lines(path, heading) == ["pip install ."], \
-            f"{path} tells users to install ddplab otherwise than `pip install .`, which Binder runs " \
-            "(binder/postBuild) and the tests run as a user (tests/users/accounts.py)"
+        assert ddplab_install_lines(path, heading) == ["pip install .", 'pip install "ddplab[frameworks]"'], \
+            f"{path} tells users to install ddplab otherwise than `pip install .` and its frameworks extra, which " \
+            "Binder installs (binder/postBuild) and the tests run as a user (tests/users/accounts.py)"
     commands = post_build_commands()
     assert len(commands) == 1 and shlex.split(commands[0])[:2] == ["python", "-m"], \
         f"binder/postBuild: one `python -m pip install ...` line expected (the tests' user environment runs it), not {commands}"
-    assert [word for word in shlex.split(commands[0])[2:] if word != "--no-cache-dir"] == ["pip", "install", "."], \
-        f"binder/postBuild installs ddplab otherwise than `pip install .` (README.md, docs/getting-started.md): {commands[0]}"
+    assert [word for word in shlex.split(commands[0])[2:] if word != "--no-cache-dir"] == \
+        ["pip", "install", ".[frameworks]"], \
+        f"binder/postBuild installs ddplab otherwise than the README says (with its frameworks extra): {commands[0]}"
+    extras = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]
+    assert sorted(re.split(r"[<>=;\s]", r)[0] for r in extras["frameworks"]) == ["jax", "tensorflow", "tensorflow-cpu"]
 
 
 def test_binder_installs_cpu_torch_and_ddplab_and_no_cuda(tmp_path):
@@ -58,5 +66,5 @@ def test_binder_installs_cpu_torch_and_ddplab_and_no_cuda(tmp_path):
     import torch
 
     assert torch.__version__ == "2.13.0+cpu"
-    then = would_install("--no-build-isolation", ".")
+    then = would_install("--no-build-isolation", ".[frameworks]")  # (postBuild's command)
     assert "ddplab" in then and not [n for n in then if n == "torch" or "nvidia" in n or "cuda" in n], then

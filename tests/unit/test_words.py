@@ -41,7 +41,7 @@ def _literals(node):
 def said_texts():
     """Every literal text ddplab says: the first string argument of each say(...) / .say(...) /
     _tell(...) call, and the tables of texts (diagnosis, hints, the script header, the dashboard)."""
-    from ddplab import diagnose, errors, export, swimlane
+    from ddplab import diagnose, errors, export, frameworks, swimlane
     from ddplab.dashboard import html
 
     found = set()
@@ -56,7 +56,7 @@ def said_texts():
                     found.update(next((t for t in texts if t), ()))
     found |= set(diagnose.TEXTS.values()) | set(diagnose.HINTS.values()) | set(export.WORDS.values())
     found |= {"dashboard|" + text for text in html.LABELS.values()}
-    found |= set(swimlane.TEXTS) | set(errors.LOST_WHY)
+    found |= set(swimlane.TEXTS) | set(errors.LOST_WHY) | set(frameworks.TEXTS)
     return found
 
 

@@ -179,11 +179,12 @@ def _install_ddplab(python, install):
         shutil.rmtree(source, ignore_errors=True)
 
 
-def user_kernel(account, python, launcher=()):
+def user_kernel(account, python, launcher=(), box=None):
     """A Jupyter kernel manager whose kernel runs as `account` with `python` (user_env()), over socket
     files in a folder of the account's (ipc: no TCP port), as JupyterLab would start it for that user.
     (The manager, as root, writes the connection file and hands it to the account.) `launcher`: a
-    command that ends by exec-ing the rest (`bash binder/start`, as Binder's), run as the account."""
+    command that ends by exec-ing the rest (`bash binder/start`, as Binder's), run as the account.
+    `box`: a MemoryBox the kernel (and so everything it starts) joins before it becomes the account."""
     from jupyter_client import KernelManager
     from jupyter_client.kernelspec import KernelSpec
 
@@ -198,11 +199,60 @@ def user_kernel(account, python, launcher=()):
     km = AsAccount(kernel_name="python3", transport="ipc", ip=os.path.join(folder, "kernel"),
                    connection_file=os.path.join(folder, "kernel.json"))
     # setpriv runs the kernel itself as the account (no process in between: its pid is the kernel's)
-    km._kernel_spec = KernelSpec(argv=["setpriv", f"--reuid={account.uid}", f"--regid={account.gid}", "--init-groups",
+    km._kernel_spec = KernelSpec(argv=[*(box.join() if box else ()),
+                                       "setpriv", f"--reuid={account.uid}", f"--regid={account.gid}", "--init-groups",
                                        *map(str, launcher), str(python), "-m", "ipykernel_launcher", "-f",
                                        "{connection_file}"],
                                  display_name="python3", language="python")
     return km, folder
+
+
+class MemoryBox:
+    """A session's memory limit, as Binder's (2 GiB) or a hub's (1 GiB): a memory cgroup made under this
+    process's own (cgroup v1's memory controller, or v2), limited to `limit` bytes for every process
+    that joins it and every process those start. Removed (remove()) once they are gone."""
+
+    def __init__(self, limit):
+        from ddplab.system import memory_cgroups
+
+        version, parent = next((v, f) for v, f in memory_cgroups() if os.path.isdir(f))
+        self.version, self.path = version, os.path.join(parent, f"ddplab-box-{secrets.token_hex(3)}")
+        os.mkdir(self.path)
+        self._write("memory.limit_in_bytes" if version == 1 else "memory.max", str(limit))
+        if version == 1:
+            self._write("memory.swappiness", "0")  # (a session without swap: Binder's)
+        self.limit = limit
+
+    def _write(self, name, text):
+        with open(os.path.join(self.path, name), "w") as f:
+            f.write(text)
+
+    def _read(self, name):
+        with open(os.path.join(self.path, name)) as f:
+            return f.read()
+
+    def join(self):
+        """A command prefix (run as root) that moves itself into the box, then execs the rest."""
+        return ["sh", "-c", f'echo $$ > {self.path}/cgroup.procs && exec "$@"', "box"]
+
+    def peak(self):
+        """The most the box's processes held at once, page cache included (bytes)."""
+        return int(self._read("memory.max_usage_in_bytes" if self.version == 1 else "memory.peak"))
+
+    def oom_kills(self):
+        """Processes the kernel's OOM killer ended in the box."""
+        text = self._read("memory.oom_control" if self.version == 1 else "memory.events")
+        return next((int(line.split()[1]) for line in text.splitlines() if line.startswith("oom_kill ")), 0)
+
+    def remove(self):
+        left = [int(pid) for pid in self._read("cgroup.procs").split()]
+        for pid in left:  # (what the test started in it, by pid: a kernel that did not shut down)
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        wait_until(lambda: not self._read("cgroup.procs").split(), 10)
+        os.rmdir(self.path)
 
 
 def account_env(account, **extra):
@@ -271,4 +321,4 @@ def wait_until(predicate, timeout, every=0.1):
     return predicate()
 
 
-__all__ = ["Account", "user_env", "user_kernel", "account_env", "scripts", "run_as", "wait_until", "sys"]
+__all__ = ["Account", "MemoryBox", "user_env", "user_kernel", "account_env", "scripts", "run_as", "wait_until", "sys"]

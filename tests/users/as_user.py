@@ -6,6 +6,9 @@ Prints one JSON object on its last line.
     python as_user.py target SECONDS SECRET [QUIET_AFTER]   a pool whose groups form again and again while
                                                 another account attacks (ddplab's own, and dist.new_group),
                                                 each all_reduce carrying SECRET; then, the attack over, one cell
+    python as_user.py frameworks SECONDS        TensorFlow's MultiWorkerMirroredStrategy and jax.distributed on
+                                                2 ranks, training for SECONDS while another account connects
+                                                to every listener of theirs
 """
 import json
 import os
@@ -146,7 +149,62 @@ def target(seconds, secret, quiet_after=0.0, steady=0, gate=1):
     return out
 
 
+FRAMEWORKS = """
+ddplab.tf_config()
+import tensorflow as tf
+strategy = tf.distribute.MultiWorkerMirroredStrategy()
+ddplab.jax_distributed()
+import jax, jax.numpy as jnp, json, os
+import numpy as np
+from jax.sharding import NamedSharding, PartitionSpec as P
+mesh = jax.make_mesh((world_size,), ("dp",))
+total = jax.jit(lambda a: a.sum(), out_shardings=NamedSharding(mesh, P()))
+with strategy.scope():
+    v = tf.Variable(0.0)
+@tf.function
+def add():
+    strategy.run(lambda: v.assign_add(1.0))
+tf_port = int(json.loads(os.environ["TF_CONFIG"])["cluster"]["worker"][rank].rsplit(":", 1)[1])
+"""
+STEP = """
+add()
+x = jax.make_array_from_process_local_data(NamedSharding(mesh, P("dp")), np.ones(1, np.float32) * (rank + 1))
+both = [float(v.numpy()), float(total(x))]
+"""
+
+
+def frameworks(seconds):
+    """TensorFlow and JAX started on 2 ranks (the gate up, where the pool shares the machine's network),
+    then a step of each again and again for SECONDS from the start while another account probes every
+    listener: each step's results, who was refused."""
+    t0, out = time.monotonic(), {"steps": [], "failures": []}
+    lab = Lab(2, timeout=120)
+    try:
+        lab.start()
+        out["network"], out["gate"] = list(lab.pool.network), [i.get("gate") for i in lab.info]
+        lab.run(FRAMEWORKS, timeout=300)
+        out["tf_ports"] = lab.gather("tf_port")
+        out["started_after"] = round(time.monotonic() - t0, 1)
+        while time.monotonic() < t0 + seconds:
+            try:
+                lab.run(STEP, timeout=60)
+                out["steps"].append(lab.gather("both"))
+            except DDPLabError as exc:
+                out["failures"].append(f"{type(exc).__name__}: {exc}"[:400])
+                break
+            time.sleep(0.2)
+        lab.run("x = 1")  # (what the ranks refused since reaches the notebook with this cell)
+        time.sleep(1.5)
+        lab.run("x = 2")
+        out["refused"] = {account: n for account, (n, _) in lab.live.refused.items()}
+        out["notices"] = list(lab.run_state.notices.values())
+    finally:
+        lab.stop()
+    return out
+
+
 if __name__ == "__main__":
     mode = sys.argv[1]
-    result = pool() if mode == "pool" else target(*map(float, sys.argv[2:]))
+    result = pool() if mode == "pool" else frameworks(float(sys.argv[2])) if mode == "frameworks" else \
+        target(*map(float, sys.argv[2:]))
     print(json.dumps(result))

@@ -16,6 +16,10 @@ flood   at every listener, new or old, again and again: connections that say not
         connections that send 8 bytes (a number no pair asks for: gloo keeps each, a descriptor),
         junk and pickles, and an oversized zmq message (a ZMTP 3.0 greeting, then 4 MiB frames,
         256 MiB in one message).
+probe   at every listener, new or old, once a second: connects to the address it is bound to (TensorFlow's
+        gRPC server listens on all of them, JAX's coordinator on one) and speaks first as a gRPC client
+        does (the HTTP/2 preface, to which a gRPC server answers at once with its SETTINGS): counts
+        the connections and the bytes any listener answered with.
 
 Prints a JSON report."""
 import json
@@ -158,6 +162,63 @@ def flood(host, port, inject, pattern, report, lock, held):
         _count(report, lock, "refused")
 
 
+def bound_listeners(owner):
+    """(inode, address to connect to, port) of the owner's listening TCP sockets, by the address each
+    is bound to (any address: loopback)."""
+    found = []
+    for family in (socket.AF_INET, socket.AF_INET6):
+        request = struct.pack("=BBBBI", family, socket.IPPROTO_TCP, 0, 0, 1 << 10) + bytes(48)
+        with socket.socket(socket.AF_NETLINK, socket.SOCK_RAW, 4) as s:
+            s.send(struct.pack("=IHHII", 16 + len(request), 20, 0x301, 1, 0) + request)
+            done = False
+            while not done:
+                data, off = s.recv(1 << 16), 0
+                while off + 16 <= len(data):
+                    length, kind = struct.unpack_from("=IH", data, off)
+                    if kind in (2, 3):
+                        done = True
+                        break
+                    port = struct.unpack_from(">H", data, off + 20)[0]
+                    raw = data[off + 24:off + 24 + (4 if family == socket.AF_INET else 16)]
+                    uid, inode = struct.unpack_from("=II", data, off + 80)
+                    host = socket.inet_ntop(family, raw)
+                    if host.startswith("::ffff:") and "." in host:
+                        host = host[7:]
+                    if host in ("0.0.0.0", "::"):
+                        host = "127.0.0.1"
+                    if uid == owner:
+                        found.append((inode, host, port))
+                    off += (length + 3) & ~3
+                done |= not data
+    return found
+
+
+PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + b"\x00\x00\x00\x04\x00\x00\x00\x00\x00"  # + an empty SETTINGS
+
+
+def probe(host, port, inject, pattern, report, lock, held):
+    try:
+        s = connect(host, port)
+    except OSError:
+        _count(report, lock, "refused")
+        return
+    _count(report, lock, "connected")
+    with lock:
+        report["ports"][str(port)] = report["ports"].get(str(port), 0) + 1
+    try:
+        s.sendall(PREFACE)
+        s.settimeout(1.0)
+        data = s.recv(1 << 16)
+    except OSError:  # (reset: closed by the gate, as it should be)
+        data = b""
+    finally:
+        s.close()
+    if data:
+        with lock:
+            report["answered"] += 1
+            report["bytes_read"] += len(data)
+
+
 def _count(report, lock, key):
     with lock:
         report[key] += 1
@@ -171,15 +232,16 @@ def main(mode, owner, seconds, secret, marker):
     owner, seconds = int(owner), float(seconds)
     pattern = struct.pack("<f", float(secret)) * 8
     inject = pickle.dumps([Evil(marker)] * 4)
-    attack = take if mode == "take" else flood
+    attack = {"take": take, "flood": flood, "probe": probe}[mode]
+    find = bound_listeners if mode == "probe" else listeners
     report = {"uid": os.getuid(), "listeners": 0, "connected": 0, "flood": 0, "oversized": 0, "refused": 0,
-              "bytes_read": 0, "tensor_bytes": 0, "injected": 0, "secret": False}
+              "bytes_read": 0, "tensor_bytes": 0, "injected": 0, "secret": False, "answered": 0, "ports": {}}
     lock, held, seen, threads = threading.Lock(), [], {}, []
     deadline = time.monotonic() + seconds
     while time.monotonic() < deadline:
         now = time.monotonic()
-        for inode, host, port in listeners(owner):
-            again = mode == "flood" and now - seen.get(inode, now) > 2.0  # a flood goes on at every listener
+        for inode, host, port in find(owner):
+            again = mode in ("flood", "probe") and now - seen.get(inode, now) > {"flood": 2.0, "probe": 1.0}.get(mode)
             if inode not in seen or again:
                 report["listeners"] += inode not in seen
                 seen[inode] = now
