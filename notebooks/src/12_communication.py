@@ -368,7 +368,8 @@ draw.bars({say("DDP step", "DDP 一步"): 1e3 * with_comm,
 # CPU, which needs a C++ compiler such as gcc). It is one way to shrink the compute
 # part of a step. Compiling takes time, so first measure that, on rank 0 only (`%%ddp --ranks 0`:
 # the other ranks wait). The first call of the compiled model compiles the forward and the
-# backward pass. Compiled kernels are cached on disk (in `/tmp/torchinductor_<user>`), so a
+# backward pass. Compiled kernels are cached on disk (in ddplab's ranks, `~/.cache/ddplab/torchinductor`, a folder
+# only you can write; torch's own default is `/tmp/torchinductor_<user>`), so a
 # second run of this notebook compiles faster.
 #
 # **Why `torch.compile`, and not TorchScript or XLA?** All three capture a model's computation as a
@@ -387,7 +388,7 @@ draw.bars({say("DDP step", "DDP 一步"): 1e3 * with_comm,
 #
 # ## 4. 减少计算：CPU 上的 `torch.compile`
 #
-# `torch.compile` 把模型追踪成一张图，并生成融合后的内核（在 CPU 上是带 OpenMP 的 C++ 代码，需要 gcc 之类的 C++ 编译器）。它是缩短一步中计算部分的一种办法。编译要花时间，所以先只在 rank 0 上测量编译时间（`%%ddp --ranks 0`：其他 rank 等待）。编译后的模型第一次被调用时，会编译前向和反向计算。编译好的内核缓存在磁盘上（`/tmp/torchinductor_<user>` 中），所以第二次运行这个 notebook 时编译会更快。
+# `torch.compile` 把模型追踪成一张图，并生成融合后的内核（在 CPU 上是带 OpenMP 的 C++ 代码，需要 gcc 之类的 C++ 编译器）。它是缩短一步中计算部分的一种办法。编译要花时间，所以先只在 rank 0 上测量编译时间（`%%ddp --ranks 0`：其他 rank 等待）。编译后的模型第一次被调用时，会编译前向和反向计算。编译好的内核缓存在磁盘上（在 ddplab 的 rank 中是 `~/.cache/ddplab/torchinductor`，一个只有你能写入的文件夹；torch 自己的默认位置是 `/tmp/torchinductor_<user>`），所以第二次运行这个 notebook 时编译会更快。
 #
 # **为什么用 `torch.compile`，而不是 TorchScript 或 XLA？** 这三者都把模型的计算捕获成一张图，再交给一个会融合运算的编译器。**TorchScript**（`torch.jit.script`、`torch.jit.trace`）是 PyTorch 最早的做法：它把模型变成一个不需要 Python 就能运行的静态程序。它已被弃用：PyTorch 的文档让你在部署时改用 `torch.export`，而要让训练更快，应该用 `torch.compile`；TorchScript 不再增加新功能。**XLA** 是 JAX 和 TensorFlow 背后的编译器；PyTorch 要通过单独的 `torch_xla` 包才能用上它：这个包在 XLA 设备（TPU，或者 XLA 的 GPU、CPU 后端）上运行模型，把记录下来的运算编译成融合后的 XLA 程序。这需要它自己的设备和后端，而本机没有安装。在普通的 PyTorch 里、在 CPU 上做图捕获和运算融合的，正是 `torch.compile`，所以这一课用它来代表这两者。
 

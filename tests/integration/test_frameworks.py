@@ -148,6 +148,7 @@ def test_a_tensorflow_worker_that_raises_is_named_and_the_others_freed(lab):
     assert "ValueError: boom in a tensorflow worker" in report
     assert "ranks 0, 1, 3 stopped: their collective was cut off by rank 2" in report
     assert "TensorFlow aborted its collectives on" in report and "%ddp_restart --all" in report
+    assert list(lab.states) == ["failed"] * 4  # the state diagram: as for torch ranks cut off by one that raised
     assert lab.run("t = torch.ones(1)\ndist.all_reduce(t)\nprint(t.item())").stdout == ["4.0\n"] * 4
 
 
@@ -163,6 +164,7 @@ def test_a_tensorflow_worker_killed_mid_step_is_named_lost_and_the_pool_comes_ba
     assert time.monotonic() - tic < 20
     report = "\n".join(failed.value.report(color=False))
     assert report.startswith("rank 1 lost") and "ranks 0, 2, 3 stopped" in report, report
+    assert list(lab.states) == ["failed", "lost", "failed", "failed"]
     assert "restarted rank 1" in lab.restart()
     assert lab.run("t = torch.ones(1)\ndist.all_reduce(t)\nprint(t.item())").stdout == ["4.0\n"] * 4
 

@@ -98,3 +98,47 @@ def structured_pruning(answer, run):
                      "去掉的神经元也带走了它的偏置，下一层也失去了对应的列。")
     return wrong("rebuild the three layers with their new input and output sizes, then count weights and biases.",
                  "按新的输入和输出大小重建三个层，再数一数权重和偏置。")
+
+
+def pt2_with_test_set(run):
+    """The .pt2 file's bytes had X_test.clone() (rows × features float32) been the example instead of 64 rows."""
+    return run["pt2"] + (run["rows"] - run["example_rows"]) * run["features"] * 4
+
+
+@exercise("7.5", solution=pt2_with_test_set, mistake=lambda run: run["pt2"])
+def exported_example_bytes(answer, run):
+    value, goal, pt2 = number(answer), pt2_with_test_set(run), run["pt2"]
+    old, new = run["example_rows"] * run["features"] * 4, run["rows"] * run["features"] * 4
+    if near(value, goal, rel=0.005):
+        return right(f"about {goal:,} bytes: the weights and the graph stay as they are, and the example input grows from "
+                     f"{old:,} to {new:,} bytes ({run['example']:,} bytes in the run's file, with the few bytes that "
+                     f"describe it). Without `.clone()`, `X_test` or even `X_test[:64]` would bring all "
+                     f"{run['rows_viewed']:,} rows of X into the file: both are views of it, and saving a tensor "
+                     "saves all of the storage it views. Export with a small example of its own.",
+                     f"约 {goal:,} 字节：权重和计算图不变，示例输入从 {old:,} 字节变成 {new:,} 字节"
+                     f"（运行中的文件里它占 {run['example']:,} 字节，包括描述它的几个字节）。"
+                     f"不加 `.clone()`，`X_test` 甚至 `X_test[:64]` 都会把 X 的全部 {run['rows_viewed']:,} 行带进文件："
+                     "它们都是 X 的视图，而保存一个张量会保存它所指向的整个存储。导出时请用一个单独创建的小示例输入。")
+    if near(value, pt2, rel=0.002):
+        return wrong("the file keeps the example input too: look at the parts the run printed for torch.export.",
+                     "文件里还保存了示例输入：看看运行中为 torch.export 打印出的各个部分。")
+    if near(value, pt2 + new, rel=0.005):
+        return wrong("the whole test set takes the place of the 64-row example; it is not added to it.",
+                     "整个测试集取代了那个 64 行的示例输入，而不是加在它之外。")
+    if near(value, pt2 + (run["rows_viewed"] - run["example_rows"]) * run["features"] * 4, rel=0.005):
+        return wrong("that is the file you get without `.clone()`: `X_test` is a view of all of X, and the whole "
+                     "storage is saved. The question clones the 2,000 test samples.",
+                     "那是不加 `.clone()` 时得到的文件：`X_test` 是整个 X 的视图，保存时会存下整个存储。"
+                     "题目里克隆的是 2,000 个测试样本。")
+    if near(value, new, rel=0.02):
+        return wrong("that is the example input alone: the weights and the graph are in the file too.",
+                     "这只是示例输入本身：文件里还有权重和计算图。")
+    if near(value, pt2 * run["rows"] / run["example_rows"], rel=0.05):
+        return wrong("only the example input grows with its rows: the weights and the graph do not depend on it.",
+                     "随行数增长的只有示例输入：权重和计算图与它无关。")
+    found = unit_slip(value, goal, "bytes")
+    if found:
+        return wrong_unit(found, "bytes")
+    return wrong("start from the run's file size, take out the 64-row example's bytes (64 × 64 × 4) and put in the "
+                 "test set's (2,000 × 64 × 4).",
+                 "从运行中的文件大小出发，去掉 64 行示例输入的字节数（64 × 64 × 4），换成测试集的字节数（2,000 × 64 × 4）。")
