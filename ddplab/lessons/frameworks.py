@@ -9,7 +9,9 @@ after the first, whose time goes mostly to tracing (tf.function), compiling (jax
 bucket building. Pass `record={}` to have it filled with the first step's seconds ("first"), every
 later step's ("steps") and the collectives one step makes ("collectives"). `step_alone` times the same
 step on this rank's slice with no communication, `collectives_seconds` the collectives of one step
-done alone, as each framework does them: a step's time taken apart. The weights come from
+done alone, as each framework does them: a step's time taken apart. `torch_mlp` and `keras_mlp` build
+the MLP from given weights, `epoch_clock` times Keras fit's epochs, `versions` says which versions are
+installed (read in the notebook, importing nothing). The weights come from
 torch's nn.Linear initialisation (seeded), as numpy arrays; Keras's Dense keeps its kernel as
 (inputs, outputs), the transpose of torch's Linear weight. Step s's global batch is made from seed
 s alone and cut into `replicas` equal slices in replica order: replica r trains on slice r, as
@@ -318,7 +320,7 @@ def gradient_shapes(sizes=SIZES, keras=False):
     return shapes
 
 
-def collectives_seconds(framework, strategy=None, repeats=20):
+def collectives_seconds(framework, strategy=None, repeats=30):
     """Seconds (median, after one warm-up) of the collectives one training step makes, done alone, as the
     framework does them in train_*, on arrays of the step's shapes (the gradients, then the loss):
     torch, DDP's one bucket of the 321 gradient numbers (dist.all_reduce of one flat tensor) and the

@@ -133,40 +133,49 @@ print("LOSSES", json.dumps(l), strategy.num_replicas_in_sync, len(history.histor
     assert np.max(np.abs(np.array(losses) - lab.gather("l")[0])) < TOLERANCE  # one process, 4 replicas: DDP's losses
 
 
-def test_a_tensorflow_worker_that_raises_is_named_and_the_others_freed(lab):
+TRAIN_UNTIL = """
+import numpy as np, os
+rng = np.random.default_rng(rank)
+for i in range(40):
+    x, y = rng.standard_normal((16, 8), 'float32'), rng.standard_normal((16, 1), 'float32')
+    if rank == {rank} and i == 5:
+        {fault}
+    ddplab.log(loss=step(x, y), samples=16)
+"""
+
+
+def failing_tensorflow_cell(lab, rank, fault):
+    """Fresh ranks train with MultiWorkerMirroredStrategy until `fault` strikes on `rank` at step 5: the
+    report, once the cell failed (within 20 s: the others were freed, not left to a timeout)."""
     fresh(lab)
     lab.run(TF_STRATEGY + TF_STEP, timeout=180)
     tic = time.monotonic()
     with pytest.raises(RankFailed) as failed:
-        lab.run("import numpy as np\nrng = np.random.default_rng(rank)\nfor i in range(40):\n"
-                "    x, y = rng.standard_normal((16, 8), 'float32'), rng.standard_normal((16, 1), 'float32')\n"
-                "    if rank == 2 and i == 5:\n        raise ValueError('boom in a tensorflow worker')\n"
-                "    ddplab.log(loss=step(x, y), samples=16)", timeout=60)
+        lab.run(TRAIN_UNTIL.format(rank=rank, fault=fault), timeout=60)
     assert time.monotonic() - tic < 20
-    report = "\n".join(failed.value.report(color=False))
-    assert failed.value.ranks[0] == 2 and report.startswith("rank 2 failed")
+    return failed.value, "\n".join(failed.value.report(color=False))
+
+
+def all_reduce_works(lab):
+    return lab.run("t = torch.ones(1)\ndist.all_reduce(t)\nprint(t.item())").stdout == ["4.0\n"] * 4
+
+
+def test_a_tensorflow_worker_that_raises_is_named_and_the_others_freed(lab):
+    failed, report = failing_tensorflow_cell(lab, 2, "raise ValueError('boom in a tensorflow worker')")
+    assert failed.ranks[0] == 2 and report.startswith("rank 2 failed")
     assert "ValueError: boom in a tensorflow worker" in report
     assert "ranks 0, 1, 3 stopped: their collective was cut off by rank 2" in report
     assert "TensorFlow aborted its collectives on" in report and "%ddp_restart --all" in report
     assert list(lab.states) == ["failed"] * 4  # the state diagram: as for torch ranks cut off by one that raised
-    assert lab.run("t = torch.ones(1)\ndist.all_reduce(t)\nprint(t.item())").stdout == ["4.0\n"] * 4
+    assert all_reduce_works(lab)
 
 
 def test_a_tensorflow_worker_killed_mid_step_is_named_lost_and_the_pool_comes_back(lab):
-    fresh(lab)
-    lab.run(TF_STRATEGY + TF_STEP, timeout=180)
-    tic = time.monotonic()
-    with pytest.raises(RankFailed) as failed:
-        lab.run("import numpy as np, os\nrng = np.random.default_rng(rank)\nfor i in range(40):\n"
-                "    x, y = rng.standard_normal((16, 8), 'float32'), rng.standard_normal((16, 1), 'float32')\n"
-                "    if rank == 1 and i == 5:\n        os.kill(os.getpid(), 9)\n"
-                "    ddplab.log(loss=step(x, y), samples=16)", timeout=60)
-    assert time.monotonic() - tic < 20
-    report = "\n".join(failed.value.report(color=False))
+    failed, report = failing_tensorflow_cell(lab, 1, "os.kill(os.getpid(), 9)")
     assert report.startswith("rank 1 lost") and "ranks 0, 2, 3 stopped" in report, report
     assert list(lab.states) == ["failed", "lost", "failed", "failed"]
     assert "restarted rank 1" in lab.restart()
-    assert lab.run("t = torch.ones(1)\ndist.all_reduce(t)\nprint(t.item())").stdout == ["4.0\n"] * 4
+    assert all_reduce_works(lab)
 
 
 def test_ctrl_c_stops_a_tensorflow_cell(lab, ctrl_c):
@@ -184,7 +193,7 @@ def test_ctrl_c_stops_a_tensorflow_cell(lab, ctrl_c):
         timer.cancel()
     assert time.monotonic() - tic < 3.0 + 15
     assert min(lab.gather("steps")) > 0  # it trained until Ctrl-C, and the variables are there
-    assert lab.run("t = torch.ones(1)\ndist.all_reduce(t)\nprint(t.item())").stdout == ["4.0\n"] * 4
+    assert all_reduce_works(lab)
 
 
 @pytest.fixture

