@@ -207,9 +207,22 @@ def _reap(exits_path):
     return handler
 
 
+def _end_with_zygote():
+    """This fork ends with the zygote, which ends with its notebook (its stdin closes): a controller or
+    engine forked before the notebook wrote it in the pool's pid file (the reaper's list) is not left
+    running when the notebook dies in between."""
+    import ctypes
+
+    zygote = os.getppid()
+    ctypes.CDLL(None).prctl(1, signal.SIGKILL, 0, 0, 0)  # PR_SET_PDEATHSIG
+    if os.getppid() != zygote:  # (it died before the line above)
+        os._exit(1)
+
+
 def _become(request, inherited):
     """In the forked child: a fresh session, its environment and log, then ipengine/ipcontroller."""
     os.setsid()  # like ipyparallel's start_new_session: signals to the notebook do not reach it
+    _end_with_zygote()
     gc.enable()  # for the fork's own objects; the zygote's were frozen: a full collection skips them
     for fd in inherited:
         os.close(fd)

@@ -60,6 +60,17 @@ def lab():
     lab.stop()
 
 
+@pytest.fixture(scope="module")
+def pair(lab):
+    """Two ranks, for the failures (TensorFlow's import costs each rank seconds of CPU): the 4-rank pool
+    stopped first."""
+    if lab.running:
+        lab.stop()
+    pair = Lab(ranks=2, timeout=60).start()
+    yield pair
+    pair.stop()
+
+
 def fresh(lab):
     """Fresh ranks, as %ddp_restart --all gives (TensorFlow's collectives and JAX's runtime start once
     per process)."""
@@ -157,51 +168,58 @@ def failing_tensorflow_cell(lab, rank, fault):
 
 
 def all_reduce_works(lab):
-    return lab.run("t = torch.ones(1)\ndist.all_reduce(t)\nprint(t.item())").stdout == ["4.0\n"] * 4
+    n = lab.world_size
+    return lab.run("t = torch.ones(1)\ndist.all_reduce(t)\nprint(t.item())").stdout == [f"{float(n)}\n"] * n
 
 
-def test_a_tensorflow_worker_that_raises_is_named_and_the_others_freed(lab):
-    failed, report = failing_tensorflow_cell(lab, 2, "raise ValueError('boom in a tensorflow worker')")
-    assert failed.ranks[0] == 2 and report.startswith("rank 2 failed")
+def test_a_tensorflow_worker_that_raises_is_named_and_the_other_freed(pair):
+    failed, report = failing_tensorflow_cell(pair, 1, "raise ValueError('boom in a tensorflow worker')")
+    assert failed.ranks[0] == 1 and report.startswith("rank 1 failed")
     assert "ValueError: boom in a tensorflow worker" in report
-    assert "ranks 0, 1, 3 stopped: their collective was cut off by rank 2" in report
+    assert "rank 0 stopped: its collective was cut off by rank 1" in report
     assert "TensorFlow aborted its collectives on" in report and "%ddp_restart --all" in report
-    assert list(lab.states) == ["failed"] * 4  # the state diagram: as for torch ranks cut off by one that raised
-    assert all_reduce_works(lab)
+    assert list(pair.states) == ["failed"] * 2  # the state diagram: as for torch ranks cut off by one that raised
+    assert all_reduce_works(pair)
 
 
-def test_a_tensorflow_worker_killed_mid_step_is_named_lost_and_the_pool_comes_back(lab):
-    failed, report = failing_tensorflow_cell(lab, 1, "os.kill(os.getpid(), 9)")
-    assert report.startswith("rank 1 lost") and "ranks 0, 2, 3 stopped" in report, report
-    assert list(lab.states) == ["failed", "lost", "failed", "failed"]
-    assert "restarted rank 1" in lab.restart()
-    assert all_reduce_works(lab)
+def test_a_tensorflow_worker_killed_mid_step_is_named_lost_and_the_pool_comes_back(pair):
+    failed, report = failing_tensorflow_cell(pair, 1, "os.kill(os.getpid(), 9)")
+    assert report.startswith("rank 1 lost") and "rank 0 stopped" in report, report
+    assert list(pair.states) == ["failed", "lost"]
+    assert "restarted rank 1" in pair.restart()
+    assert all_reduce_works(pair)
 
 
-def test_ctrl_c_stops_a_tensorflow_cell(lab, ctrl_c):
-    fresh(lab)
-    lab.run(TF_STRATEGY + TF_STEP + "steps = 0", timeout=180)
+def test_ctrl_c_stops_a_tensorflow_cell(pair, ctrl_c):
+    """Ctrl-C while the workers train: SIGINT, then (a worker still inside a TensorFlow collective, whose
+    peers left it) its links cut, and one that still does not stop killed and restarted, as for torch."""
+    fresh(pair)
+    pair.run(TF_STRATEGY + TF_STEP + "steps = 0", timeout=180)
     timer = ctrl_c(3.0)
     timer.start()
     tic = time.monotonic()
     try:
-        with pytest.raises(KeyboardInterrupt):
-            lab.run("import numpy as np\nrng = np.random.default_rng(rank)\nwhile True:\n"
+        with pytest.raises(KeyboardInterrupt) as stopped:
+            pair.run("import numpy as np\nrng = np.random.default_rng(rank)\nwhile True:\n"
                     "    x, y = rng.standard_normal((16, 8), 'float32'), rng.standard_normal((16, 1), 'float32')\n"
                     "    ddplab.log(loss=step(x, y), samples=16)\n    steps += 1", timeout=60)
     finally:
         timer.cancel()
     assert time.monotonic() - tic < 3.0 + 15
-    assert min(lab.gather("steps")) > 0  # it trained until Ctrl-C, and the variables are there
-    assert all_reduce_works(lab)
+    assert all_reduce_works(pair)
+    said = str(stopped.value)
+    steps = [int(o) for o in pair.run("print(globals().get('steps', -1))").stdout]
+    for r, n in enumerate(steps):  # it trained until Ctrl-C; a rank that was restarted is said so
+        assert n > 0 or (n == -1 and "restarted" in said and str(r) in said), (steps, said)
 
 
 @pytest.fixture
-def shared_network(lab):
+def shared_network(lab, pair):
     """The next pool on the machine's network (as where no private namespace can be had): the module's
-    pool stopped first (the fork server follows DDPLab.private_network once no pool forks from it)."""
-    if lab.running:
-        lab.stop()
+    pools stopped first (the fork server follows DDPLab.private_network once no pool forks from it)."""
+    for running in (lab, pair):
+        if running.running:
+            running.stop()
     settings = tunables()
     saved = settings.private_network, settings.accept_gate
     settings.private_network = False

@@ -184,14 +184,14 @@ def test_a_rank_a_flood_kills_comes_back_by_itself(env, box, owner, intruder):
 
 def test_another_account_reaches_neither_tensorflow_nor_jax_on_ranks_without_a_private_network(env, box, owner, intruder):
     """Where user namespaces are refused, TensorFlow's gRPC server (on every interface: it ignores the
-    address in TF_CONFIG) and JAX's coordinator and gloo listen on the machine's network. For a minute
+    address in TF_CONFIG) and JAX's coordinator and gloo listen on the machine's network. For 40 s
     another account connects to every listener of the owner's ranks, once a second each, speaking first
     as a gRPC client does (a gRPC server answers at once): the accept gate closes each connection before
     TensorFlow or JAX sees it, so not one byte comes back, while the owner's MultiWorkerMirroredStrategy
     and jax.distributed (which formed behind the gate: TensorFlow's hung there before) keep computing
     right, and the account is named."""
-    target = run_as(owner, [env, box / "as_user.py", "frameworks", 60], "userns", box=box)
-    attack = run_as(intruder, [SYSTEM_PYTHON, "-I", box / "intruder_gloo.py", "probe", owner.uid, 60, 0,
+    target = run_as(owner, [env, box / "as_user.py", "frameworks", 40], "userns", box=box)
+    attack = run_as(intruder, [SYSTEM_PYTHON, "-I", box / "intruder_gloo.py", "probe", owner.uid, 40, 0,
                                "/nonexistent"], box=box)
     try:
         report = target.report(420)
@@ -200,7 +200,7 @@ def test_another_account_reaches_neither_tensorflow_nor_jax_on_ranks_without_a_p
         target.kill()
         attack.kill()
     assert report["network"][0] == "shared" and report["gate"] == [True, True], report
-    assert report["failures"] == [] and len(report["steps"]) >= 5, report
+    assert report["failures"] == [] and len(report["steps"]) >= 3, report
     assert report["steps"] == [[[float(i + 1), 3.0]] * 2 for i in range(len(report["steps"]))]
     assert set(map(str, report["tf_ports"])) <= set(seen["ports"]), (report["tf_ports"], seen["ports"])  # reached
     assert seen["connected"] >= 20 and seen["answered"] == 0 and seen["bytes_read"] == 0, seen
