@@ -94,7 +94,7 @@ tf_n, why = tf_workers(4)    # 4 TensorFlow workers if this session's memory hol
 print(say(f"TensorFlow workers: {tf_n}", f"TensorFlow worker：{tf_n} 个") + (f" ({why})" if why else ""))
 
 # %%
-%ddp_start $tf_n
+%ddp_start {tf_n}
 
 # %% [markdown]
 # ## 1. Starting the workers and finding each other

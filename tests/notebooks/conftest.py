@@ -14,7 +14,7 @@ import psutil
 import pytest
 from nbclient import NotebookClient
 
-from tests.users.accounts import Account, account_env, user_env, user_kernel
+from tests.users.accounts import Account, account_env, user_env, user_kernel, wait_until
 
 NOTEBOOKS = pathlib.Path(__file__).resolve().parents[2] / "notebooks"
 ARTIFACTS = pathlib.Path(__file__).resolve().parent / "artifacts"
@@ -23,20 +23,21 @@ ARTIFACTS = pathlib.Path(__file__).resolve().parent / "artifacts"
 class SharedKernel:
     """A kernel, run as `account`, that runs notebook after notebook, each from a reset namespace."""
 
-    def __init__(self, account, folder=NOTEBOOKS):
-        self.km, self.folder, self.account = None, folder, account
+    def __init__(self, account, folder=NOTEBOOKS, box=None):
+        self.km, self.folder, self.account, self.box = None, folder, account, box  # box: a MemoryBox it runs in
         self.copy = pathlib.Path(account.home) / "notebooks" / folder.relative_to(NOTEBOOKS)  # where the learner has them
         self._kernel_folder = None
 
     def _ensure(self):
         if self.km is None or not self.km.is_alive():
-            self.km, self._kernel_folder = user_kernel(self.account, user_env())
+            self.km, self._kernel_folder = user_kernel(self.account, user_env(), box=self.box)
             session = str(self.copy / "lesson.ipynb")  # jupyter_server sets it to the notebook's path
             # DDPLAB_CHECK_EXERCISES: each unanswered check(...) makes sure its judge accepts the solution
             # and rejects a typical mistake on this very run (ddplab/lessons/exercises)
             self.km.start_kernel(cwd=str(self.copy), env=account_env(self.account, JPY_SESSION_NAME=session,
                                                                      DDPLAB_CHECK_EXERCISES="1"))
-            assert psutil.Process(self.pid).uids().real == self.account.uid  # the learner's, not root's
+            # the learner's, not root's (once what runs before it, as root, has exec'd it: a box's join)
+            assert wait_until(lambda: psutil.Process(self.pid).uids().real == self.account.uid, 10)
 
     @property
     def pid(self):
