@@ -212,19 +212,7 @@ def train_jax(steps, lr=LR, seed=0, record=None):
     batch, replicated = NamedSharding(mesh, P("dp")), NamedSharding(mesh, P())
     params = jax.device_put([(jnp.asarray(w), jnp.asarray(b)) for w, b in initial_weights(seed)], replicated)
 
-    def loss_of(params, x, y):
-        h = x
-        for i, (w, b) in enumerate(params):
-            h = h @ w.T + b
-            if i < len(params) - 1:
-                h = jax.nn.relu(h)
-        return jnp.mean(jnp.square(h - y))
-
-    @jax.jit
-    def step_fn(params, x, y):
-        loss, grads = jax.value_and_grad(loss_of)(params, x, y)
-        return jax.tree.map(lambda p, g: p - lr * g, params, grads), loss
-
+    step_fn = _jax_sgd_step(lr)
     local = [devices.index(d) for d in jax.local_devices()]  # the replicas (slices) this process holds
     losses, times, compiled = [], [], None
     for step in range(steps):
@@ -243,6 +231,27 @@ def train_jax(steps, lr=LR, seed=0, record=None):
         times.append(time.perf_counter() - tic)
         _log(losses[-1], GLOBAL_BATCH // replicas * len(local))
     return losses, _timed(times, record)
+
+
+def _jax_sgd_step(lr):
+    """The MLP's SGD step in JAX, jitted: (params, x, y) -> (new params, loss); params [(w, b), ...]."""
+    import jax
+    import jax.numpy as jnp
+
+    def loss_of(params, x, y):
+        h = x
+        for i, (w, b) in enumerate(params):
+            h = h @ w.T + b
+            if i < len(params) - 1:
+                h = jax.nn.relu(h)
+        return jnp.mean(jnp.square(h - y))
+
+    @jax.jit
+    def step(params, x, y):
+        loss, grads = jax.value_and_grad(loss_of)(params, x, y)
+        return jax.tree.map(lambda p, g: p - lr * g, params, grads), loss
+
+    return step
 
 
 def step_alone(framework, steps=20, replica=0, replicas=4, lr=LR, seed=0):
@@ -280,23 +289,11 @@ def step_alone(framework, steps=20, replica=0, replicas=4, lr=LR, seed=0):
         def step(x, y):
             return float(traced(tf.constant(x), tf.constant(y)))
     elif framework == "jax":
-        import jax
         import jax.numpy as jnp
 
         params = [(jnp.asarray(w), jnp.asarray(b)) for w, b in weights]
 
-        def loss_of(params, x, y):
-            h = x
-            for i, (w, b) in enumerate(params):
-                h = h @ w.T + b
-                if i < len(params) - 1:
-                    h = jax.nn.relu(h)
-            return jnp.mean(jnp.square(h - y))
-
-        @jax.jit
-        def jitted(params, x, y):
-            loss, grads = jax.value_and_grad(loss_of)(params, x, y)
-            return jax.tree.map(lambda p, g: p - lr * g, params, grads), loss
+        jitted = _jax_sgd_step(lr)
 
         def step(x, y):
             nonlocal params
