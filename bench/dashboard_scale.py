@@ -5,9 +5,9 @@ from .common import in_kernel, result
 
 CELL = """\
 import json, statistics, subprocess, sys, time
-from ddplab import state
-from ddplab.monitor import Hooks, Monitor
-from ddplab.telemetry import Live, Telemetry
+from ddplab.shared import state
+from ddplab.kernel.monitor import Hooks, Monitor
+from ddplab.kernel.telemetry import Live, Telemetry
 from ddplab.dashboard.widget import Dashboard
 
 class _Replies:  # stands in for the cell's replies: no engines here, no rank ever finishes

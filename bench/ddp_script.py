@@ -12,7 +12,7 @@ import os
 import torch
 import torch.distributed as dist
 
-from ddplab import workloads
+from ddplab.rank import workloads
 
 
 def main():

@@ -10,7 +10,7 @@ import subprocess
 import sys
 import time
 
-from ddplab.errors import RankFailed, RankLost
+from ddplab.shared.errors import RankFailed, RankLost
 
 from .common import result
 

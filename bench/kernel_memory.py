@@ -23,8 +23,8 @@ BATCH_STEPS = 500  # steps per batch: a quarter second of a fast loop
 def send(address, key, ranks, steps):
     import zmq
 
-    from ddplab import wire
-    from ddplab.recorder import FIELDS
+    from ddplab.rank.recorder import FIELDS
+    from ddplab.shared import wire
 
     sock = zmq.Context.instance().socket(zmq.DEALER)
     sock.connect(address)
@@ -60,9 +60,9 @@ def receive(ranks, steps):
 
     import psutil
 
-    from ddplab import state as st
-    from ddplab.telemetry import Live, Telemetry, merge
-    from ddplab.timeline import CellSpans
+    from ddplab.kernel.telemetry import Live, Telemetry, merge
+    from ddplab.shared import state as st
+    from ddplab.shared.timeline import CellSpans
 
     folder = tempfile.mkdtemp()
     telemetry = Telemetry(f"ipc://{folder}", secrets.token_bytes(32))

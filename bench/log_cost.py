@@ -6,7 +6,7 @@ import time
 import torch
 
 import ddplab.rank as rank
-from ddplab.telemetry import Telemetry
+from ddplab.kernel.telemetry import Telemetry
 
 from .common import result
 

@@ -1,7 +1,7 @@
 """Simulated ranks for the dashboard-at-scale benchmark:
 python -m bench.simulate ADDRESS KEYHEX RANKS RATE SECONDS
 
-Pushes signed telemetry batches (ddplab.wire) the way RANKS real ranks would (rank.py: a batch
+Pushes signed telemetry batches (ddplab.shared.wire) the way RANKS real ranks would (rank.py: a batch
 every 0.25 s), each rank logging RATE points a second with a falling, noisy loss and 64 samples a step."""
 import math
 import random
@@ -11,7 +11,7 @@ from array import array
 
 import zmq
 
-from ddplab import wire
+from ddplab.shared import wire
 
 FLUSH_EVERY = 0.25
 

@@ -13,7 +13,7 @@ timeline recorded against not (>= 0.98x). Scaling over N ranks against one proce
 import json
 import statistics
 
-from ddplab.config import cores
+from ddplab.shared.config import cores
 
 from .common import in_kernel, python, ratios, result
 

@@ -5,7 +5,10 @@
     %%ddp
     ...
 
-Engines import ddplab.rank only, so the names below load lazily.
+The folders say which process code runs in: kernel/ (the notebook's side: Lab, the magics, the wait
+loop), rank/ (inside every engine; `ddplab` in rank code is ddplab.rank), processes/ (pools, the
+zygote, launchers, the reaper), shared/ (pure data and the wire format), beside dashboard/ and
+lessons/. Engines import ddplab.rank only, so the names below load lazily.
 """
 import logging
 
@@ -14,20 +17,20 @@ __version__ = "0.1.0"
 logging.getLogger("ddplab").addHandler(logging.NullHandler())  # the application decides what is shown
 
 _LAZY = {
-    "Lab": "ddplab.lab",
-    "RunResult": "ddplab.cell",
-    "PoolConfig": "ddplab.config",
-    "DDPLab": "ddplab.config",
-    "DDPLabError": "ddplab.errors",
-    "BadRequest": "ddplab.errors",
-    "PoolNotRunning": "ddplab.errors",
-    "PoolAlreadyRunning": "ddplab.errors",
-    "StartFailed": "ddplab.errors",
-    "NameMissing": "ddplab.errors",
-    "RankFailed": "ddplab.errors",
-    "RankLost": "ddplab.errors",
-    "CellTimeout": "ddplab.errors",
-    "Interrupted": "ddplab.errors",
+    "Lab": "ddplab.kernel.lab",
+    "RunResult": "ddplab.kernel.cell",
+    "PoolConfig": "ddplab.shared.config",
+    "DDPLab": "ddplab.shared.config",
+    "DDPLabError": "ddplab.shared.errors",
+    "BadRequest": "ddplab.shared.errors",
+    "PoolNotRunning": "ddplab.shared.errors",
+    "PoolAlreadyRunning": "ddplab.shared.errors",
+    "StartFailed": "ddplab.shared.errors",
+    "NameMissing": "ddplab.shared.errors",
+    "RankFailed": "ddplab.shared.errors",
+    "RankLost": "ddplab.shared.errors",
+    "CellTimeout": "ddplab.shared.errors",
+    "Interrupted": "ddplab.shared.errors",
 }
 __all__ = ["__version__", "load_ipython_extension", "unload_ipython_extension", *_LAZY]
 
@@ -44,25 +47,25 @@ def __getattr__(name):
     if name in _RANK:
         return getattr(importlib.import_module("ddplab.rank"), name)
     if name == "checkpoint":
-        return importlib.import_module("ddplab.checkpoint")
+        return importlib.import_module("ddplab.rank.checkpoint")
     raise AttributeError(f"module 'ddplab' has no attribute {name!r}")
 
 
-_magics = {}  # shell -> its DDPMagics, so loading twice keeps the running pool
+_magics: dict[int, object] = {}  # shell -> its DDPMagics, so loading twice keeps the running pool
 
 
 def load_ipython_extension(shell):
     """%load_ext ddplab: register the %ddp_* magics (loading again is harmless)."""
     if id(shell) in _magics:
         return
-    from .config import show_log, tunables
-    from .zygote import zygote
+    from .processes.zygote import zygote
+    from .shared.config import show_log, tunables
 
     settings = tunables()
     settings.update_config(shell.config)  # c.DDPLab.* in ipython_config.py: before the zygote, which follows them
     zygote()  # then at once: the fork server imports torch in the background while the rest loads and the user reads
-    from .inspect_magics import DDPInspectMagics
-    from .magics import DDPMagics
+    from .kernel.inspect_magics import DDPInspectMagics
+    from .kernel.magics import DDPMagics
 
     show_log(settings.log_level)  # ddplab's own decisions, at DDPLab.log_level and above
     if settings not in shell.configurables:
@@ -80,8 +83,8 @@ def unload_ipython_extension(shell):
     if magics is not None and magics.lab is not None:
         magics.lab.stop()
         magics.lab = None
-    from .lab import _running_labs
-    from .zygote import stop_zygote
+    from .kernel.lab import _running_labs
+    from .processes.zygote import stop_zygote
 
     if not _running_labs:  # another Lab of this process may still fork from it
         stop_zygote()

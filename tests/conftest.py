@@ -71,7 +71,7 @@ def descendants():
 
 def alive(pids):
     """Those of pids still running (zombies count as gone)."""
-    from ddplab.lab import is_gone
+    from ddplab.kernel.lab import is_gone
 
     left = []
     for pid in pids:

@@ -5,8 +5,8 @@ SVG and HTML (not matplotlib) because browser fonts draw Chinese labels.
 """
 from html import escape
 
-from .. import state as st
-from ..words import say
+from ..shared import state as st
+from ..shared.words import say
 
 LABELS = {  # the dashboard's words, in English (zh.py: in Chinese, under the context 'dashboard|')
     'starting': 'starting',
@@ -207,7 +207,7 @@ def header(lab_info, run_state, metrics, now, lang="en"):
 
 def where_line(run_state, lang="en"):
     """Where each rank of a long cell is: its line, the collective it waits in and for how long."""
-    from ..diagnose import where_text
+    from ..shared.diagnose import where_text
 
     if run_state.cell_ended is not None:
         return ""

@@ -134,7 +134,7 @@ class TextView(View):
                 self._print(f"ddplab: {text}")
 
     def update(self, live):
-        from .. import state as st
+        from ..shared import state as st
 
         rs = live.run_state
         self._notices(rs)
@@ -158,7 +158,7 @@ class TextView(View):
                 loss = "" if s.loss is None else f" loss {s.loss:.4f}"
                 rate = "" if s.rate is None else f" samples/s {s.rate:.0f}"
                 self._print(f"[rank {r}] {rs.states[r]} step {s.step}{loss}{rate}")
-        from ..diagnose import where_text
+        from ..shared.diagnose import where_text
 
         wheres = {r: rs.ranks[r].where for r in rs.running}
         waiting = any((w or {}).get("since") and w["since"] >= 2 for w in wheres.values()) or rs.stopped_ranks()

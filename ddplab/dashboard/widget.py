@@ -10,8 +10,8 @@ import threading
 import time
 from html import escape
 
-from .. import state as st
-from ..config import tunables
+from ..shared import state as st
+from ..shared.config import tunables
 from . import html
 from .plots import LivePlot
 from .view import View
@@ -188,7 +188,7 @@ class Dashboard(View):
     def _timeline(self, live):
         """The swimlanes of the last steps and their breakdown, from the tail of the cell's spans (drawn
         once a cell has spans; the last cell's stays until then)."""
-        from ..swimlane import live as live_view
+        from ..shared.swimlane import live as live_view
 
         spans = getattr(live, "spans", None)
         if spans is None or not len(spans.rows) or (spans, len(spans.rows)) == self._timeline_drawn:

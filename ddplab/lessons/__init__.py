@@ -31,7 +31,7 @@ def lang():
     running = lab()
     if running is not None:
         return running.config.lang
-    from ..config import tunables
+    from ..shared.config import tunables
 
     return tunables().lang  # before %ddp_start: what the next pool will speak
 

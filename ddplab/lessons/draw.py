@@ -24,7 +24,7 @@ def _fonts():
             "axes.spines.top": False, "axes.spines.right": False}
 
 
-_found = []
+_found: list[str | None] = []
 
 
 def _cjk_font():

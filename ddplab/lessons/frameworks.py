@@ -78,7 +78,7 @@ def tf_workers(want=4):
     TensorFlow holding about TF_RANK_MIB: `want`, else 2 or 1 (each worker then trains a larger part
     of the same global batch: the same update); `why` says so in the pool's language, or is None.
     Run it in the notebook, with no pool running."""
-    from ..system import memory_available
+    from ..shared.system import memory_available
     from . import say
 
     room = memory_available() / 2**20 - POOL_MIB

@@ -97,8 +97,8 @@ class Magics(SphinxDirective):
 
     def run(self):
         import ddplab
-        from ddplab.inspect_magics import DDPInspectMagics
-        from ddplab.magics import DDPMagics
+        from ddplab.kernel.inspect_magics import DDPInspectMagics
+        from ddplab.kernel.magics import DDPMagics
 
         for cls in (DDPMagics, DDPInspectMagics):
             self.env.note_dependency(inspect.getsourcefile(cls))

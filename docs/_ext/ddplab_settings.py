@@ -1,4 +1,4 @@
-"""The {ddplab-settings} directive: every configurable trait of ddplab.config.DDPLab, in the order the
+"""The {ddplab-settings} directive: every configurable trait of ddplab.shared.config.DDPLab, in the order the
 class declares them, with its type, default and help text (the traitlets help `%config DDPLab`
 prints). A default computed at run time (from the environment or the machine) is said to be so:
 its help says from what."""
@@ -15,7 +15,7 @@ class Settings(SphinxDirective):
     def run(self):
         from traitlets import TraitType
 
-        from ddplab.config import DDPLab
+        from ddplab.shared.config import DDPLab
 
         self.env.note_dependency(inspect.getsourcefile(DDPLab))
         computed = getattr(DDPLab, "_trait_default_generators", {})

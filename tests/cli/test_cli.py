@@ -6,8 +6,8 @@ import sys
 
 import pytest
 
-import ddplab.cli as cli
-from ddplab.errors import StartFailed
+import ddplab.kernel.cli as cli
+from ddplab.shared.errors import StartFailed
 
 from ..conftest import descendants
 
@@ -60,6 +60,6 @@ def test_start_failure_exits_1(monkeypatch, capsys):
     def fail(self, progress=None):
         raise StartFailed("2 of 2 engines not ready in 120 s; ready: 0: try again, or fewer ranks")
 
-    monkeypatch.setattr("ddplab.lab.Lab.start", fail)
+    monkeypatch.setattr("ddplab.kernel.lab.Lab.start", fail)
     assert cli.main(["demo", "--ranks", "2"]) == 1
     assert "engines not ready" in capsys.readouterr().err

@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from ddplab.errors import CollectiveTimeout, RankFailed
+from ddplab.shared.errors import CollectiveTimeout, RankFailed
 
 pytestmark = [pytest.mark.pool, pytest.mark.xdist_group("shared-pool")]
 

@@ -9,7 +9,7 @@ import time
 import pytest
 from IPython.core.error import UsageError
 
-from ddplab.errors import BadRequest, CellTimeout, Interrupted, RankFailed
+from ddplab.shared.errors import BadRequest, CellTimeout, Interrupted, RankFailed
 
 pytestmark = [pytest.mark.pool, pytest.mark.xdist_group("shared-pool")]  # one worker holds the session pool
 ANSI = re.compile(r"\x1b\[[0-9;]*m")
@@ -169,7 +169,7 @@ def test_the_pool_opens_no_port_of_ipyparallels_and_keeps_its_keys_private(pool)
     """ipyparallel's controller, schedulers, engines and this client talk over socket files in the
     pool's private folder; the only TCP listeners are gloo's, in the ranks, on loopback, inside a
     network namespace of the pool's own (this machine runs as root: it allows one)."""
-    from ddplab.privacy import network_namespace, tcp_listeners
+    from ddplab.shared.privacy import network_namespace, tcp_listeners
 
     pool.run("t = torch.ones(1)\ndist.all_reduce(t)")
     gloo = {p for i in pool.info for p in i["ports"]}
@@ -192,7 +192,7 @@ def test_the_pool_opens_no_port_of_ipyparallels_and_keeps_its_keys_private(pool)
 
 
 def test_a_cell_meant_to_fail_shows_its_failure_as_expected(ip, whole, capsys):
-    from ddplab.errors import ExpectedFailureMissing
+    from ddplab.shared.errors import ExpectedFailureMissing
 
     # the lesson's point: ranks calling different collectives, named, shown as expected, not raised
     res = ddp(ip, "t = torch.ones(1)\nif rank == 0:\n    dist.broadcast(t, src=0)\nelse:\n    dist.all_reduce(t)",
@@ -224,7 +224,7 @@ def test_a_cell_meant_to_fail_shows_its_failure_as_expected(ip, whole, capsys):
 def test_a_rank_whose_telemetry_fails_is_not_taken_for_one_that_never_began(pool):
     """Rank 1's telemetry thread fails at every tick, so its "I began the cell" never comes. ipyparallel
     said it began (execute_input): the cell runs to its end, on every rank, well past reply_grace."""
-    from ddplab.config import tunables
+    from ddplab.shared.config import tunables
 
     pool.run("_flush = ddplab.RANK.sender.flush\n"
              "def _broken(final=False, beat=False, force=False):\n"

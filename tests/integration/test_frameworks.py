@@ -18,8 +18,8 @@ import numpy as np
 import pytest
 
 from ddplab import Lab
-from ddplab.config import tunables
-from ddplab.errors import RankFailed
+from ddplab.shared.config import tunables
+from ddplab.shared.errors import RankFailed
 
 pytestmark = [pytest.mark.pool, pytest.mark.slow, pytest.mark.xdist_group("frameworks")]
 STEPS = 12
@@ -268,7 +268,7 @@ def test_in_a_local_pool_the_gate_refuses_another_hosts_connection_to_tensorflow
                                   timeout=30)
             assert seen.stdout.strip() in ("b''", "ConnectionResetError"), seen  # closed, not TensorFlow's answer
             lab.run("x = 1")  # (the ranks report what the gate refused with their next batch)
-            refused = lab.run("from ddplab.guard import GUARD\nGUARD.sweep()\nprint(GUARD.refused)").stdout[0]
+            refused = lab.run("from ddplab.rank.guard import GUARD\nGUARD.sweep()\nprint(GUARD.refused)").stdout[0]
             assert "another host" in refused, refused
             # and the ranks' own connections still work: TensorFlow trains across them
             out = lab.run(TF_STEP + "import numpy as np\nprint(float(step(np.ones((16, 8), 'float32'), "

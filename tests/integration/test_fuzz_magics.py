@@ -8,7 +8,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from IPython.core.error import UsageError
 
-from ddplab.errors import DDPLabError
+from ddplab.shared.errors import DDPLabError
 
 from ..conftest import descendants
 
@@ -79,7 +79,7 @@ def test_the_clearness_check_can_fail():
 
 
 def parses(ip, magic, line):
-    from ddplab.magics import _parse
+    from ddplab.kernel.magics import _parse
 
     try:
         registry = ip.magics_manager.registry

@@ -8,7 +8,7 @@ import time
 import pytest
 from IPython.core.error import UsageError
 
-from ddplab.errors import RankFailed
+from ddplab.shared.errors import RankFailed
 
 pytestmark = [pytest.mark.pool, pytest.mark.xdist_group("hosts")]
 ANSI = re.compile(r"\x1b\[[0-9;]*m")

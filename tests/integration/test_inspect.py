@@ -12,7 +12,7 @@ from dataclasses import replace
 import pytest
 from IPython.core.error import UsageError
 
-from ddplab.errors import CollectiveMismatch
+from ddplab.shared.errors import CollectiveMismatch
 
 pytestmark = [pytest.mark.pool, pytest.mark.xdist_group("shared-pool")]
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -162,7 +162,7 @@ def test_a_cut_meant_for_an_earlier_group_does_not_break_the_group_formed_since(
     """A cut (sent when ranks wait in collectives that cannot finish) can reach a rank after the
     group was re-formed, or be sent again by someone who saw it: it must not break the new group.
     A cut for the current group does break it."""
-    from ddplab import wire
+    from ddplab.shared import wire
 
     loop = "import time\nt = torch.ones(1)\nfor _ in range(60):\n    dist.all_reduce(t)\n    time.sleep(0.02)"
     ports = sorted({p for i in pool.info for p in i.get("ports", ())})

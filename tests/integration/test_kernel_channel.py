@@ -28,7 +28,7 @@ def outputs(km):
 
 
 def test_a_kernel_over_plain_tcp_is_named_with_what_to_set(other_account):
-    from ddplab.privacy import KERNEL_FIX
+    from ddplab.shared.privacy import KERNEL_FIX
 
     _, start, status, stop = outputs(KernelManager(kernel_name="python3"))  # Jupyter's default: TCP
     assert "1 rank ready" in start and "other account" in start and "without encryption" in start, start

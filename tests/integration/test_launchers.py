@@ -7,9 +7,9 @@ import shutil
 import pytest
 
 from ddplab import Lab
-from ddplab.config import PoolConfig
-from ddplab.hostpool import LaunchedPool
-from ddplab.system import is_gone
+from ddplab.processes.hostpool import LaunchedPool
+from ddplab.shared.config import PoolConfig
+from ddplab.shared.system import is_gone
 
 pytestmark = [pytest.mark.pool, pytest.mark.xdist_group("launchers")]
 
@@ -75,7 +75,7 @@ def test_ssh_engines_are_started_on_the_profiles_hosts(tmp_path, monkeypatch):
 
 
 def test_launcher_options_that_cannot_work_are_one_line_errors(tmp_path):
-    from ddplab.errors import BadRequest
+    from ddplab.shared.errors import BadRequest
 
     client_file = tmp_path / "ipcontroller-client.json"
     client_file.write_text("{}")

@@ -76,7 +76,7 @@ def test_ddp_two_ranks_equal_one_process_with_double_batch(pair):
 
 
 def test_stop_ends_every_process_including_helpers():
-    from ddplab.zygote import running_zygote
+    from ddplab.processes.zygote import running_zygote
 
     before = descendants()
     lab = Lab(2).start()
@@ -116,7 +116,7 @@ def test_unload_and_interpreter_exit_stop_the_pool(tmp_path):
         import json
         from IPython.testing.globalipapp import start_ipython
         import ddplab
-        from ddplab.zygote import running_zygote
+        from ddplab.processes.zygote import running_zygote
         from tests.conftest import alive
         lab = ddplab.Lab(2).start()                       # a pool of the Python API
         ip = start_ipython()
@@ -144,7 +144,7 @@ def test_unload_and_interpreter_exit_stop_the_pool(tmp_path):
 
 
 def test_a_run_killed_and_resumed_from_its_checkpoint_ends_bit_for_bit_equal(pair, tmp_path):
-    from ddplab.errors import RankFailed
+    from ddplab.shared.errors import RankFailed
 
     cell = ("from ddplab.workloads import train_resumable\n"
             "model, started = train_resumable(40, {path!r}, every=5, resume={resume})\n"
@@ -166,7 +166,7 @@ def test_a_run_killed_and_resumed_from_its_checkpoint_ends_bit_for_bit_equal(pai
 def test_a_checkpoint_that_cannot_be_read_fails_every_rank_at_once(pool, tmp_path):
     """Rank 0 reads, the others wait in a broadcast: they get its error instead of waiting for
     gloo's timeout (30 s); a planted file runs no code on any rank."""
-    from ddplab.errors import RankFailed
+    from ddplab.shared.errors import RankFailed
 
     marker = tmp_path / "it-ran"
     planted = tmp_path / "planted.pt"
@@ -264,7 +264,7 @@ def test_when_the_kernel_dies_the_pool_ends_by_itself(tmp_path):
         lab = ddplab.Lab(2).start()
         lab.run("from torch.utils.data import DataLoader\\n"
                 "it = iter(DataLoader(range(8), num_workers=1, persistent_workers=True)); next(it)")
-        from ddplab.zygote import running_zygote
+        from ddplab.processes.zygote import running_zygote
         print(json.dumps({"pids": lab.pids(), "reaper": lab.pool.reaper_pid, "dir": lab.pool.workdir,
                           "zygote": running_zygote().pid}), flush=True)
         time.sleep(600)

@@ -6,8 +6,8 @@ from dataclasses import replace
 import pytest
 from IPython.core.error import UsageError
 
-from ddplab.errors import CellTimeout, RankFailed
-from ddplab.lab import cores
+from ddplab.kernel.lab import cores
+from ddplab.shared.errors import CellTimeout, RankFailed
 
 pytestmark = [pytest.mark.pool, pytest.mark.xdist_group("shared-pool")]  # one worker holds the session pool
 
@@ -186,7 +186,7 @@ def test_connection_files_are_private(pool):
 
 
 def test_ctrl_c_interrupts_every_rank_and_the_pool_stays_usable(ip, pool, capsys, ctrl_c):
-    from ddplab.errors import Interrupted
+    from ddplab.shared.errors import Interrupted
 
     timer = ctrl_c(1.0)
     timer.start()

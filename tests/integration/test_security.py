@@ -22,10 +22,10 @@ import zmq
 
 from ddplab import Lab
 from ddplab.dashboard import html
-from ddplab.errors import RankFailed
-from ddplab.localpool import LocalPool
-from ddplab.members import member_socket
-from ddplab.privacy import folder_problem, tcp_listeners
+from ddplab.processes.localpool import LocalPool
+from ddplab.shared.errors import RankFailed
+from ddplab.shared.members import member_socket
+from ddplab.shared.privacy import folder_problem, tcp_listeners
 
 from .second_user import finish, make_user, start_as
 
@@ -158,7 +158,7 @@ def test_junk_from_another_user_ends_every_cell_in_bounded_time(intruder, pool, 
 def test_a_replayed_telemetry_message_is_dropped_and_counted(exposed):
     """A batch sent again (over TCP, from a new connection: as someone who saw it on the network
     would), or one of an earlier forming of the group, is dropped, counted and shown once."""
-    from ddplab import wire
+    from ddplab.shared import wire
 
     exposed.run("for s in range(5):\n    ddplab.log(loss=1.0, samples=1)")
     gen, seq = exposed.telemetry.last_accepted(0)
@@ -192,7 +192,7 @@ def test_compiled_code_never_lands_in_a_folder_someone_else_made(intruder, pool)
     """The other user makes torch's default cache folder (/tmp/torchinductor_USER, 0777) and the
     folder the owner configured, before the ranks compile: both are refused, with a message, and
     what torch.compile writes lands in a private folder."""
-    from ddplab.config import tunables
+    from ddplab.shared.config import tunables
 
     default = "/tmp/torchinductor_" + __import__("getpass").getuser()
     aside = None
@@ -232,15 +232,15 @@ def test_compiled_code_never_lands_in_a_folder_someone_else_made(intruder, pool)
 def test_an_account_without_root_gets_a_private_network_too(intruder):
     """The zygote's isolate() as an unprivileged user (a student's account): a user namespace that maps
     the user to itself, with a network namespace of its own whose loopback works."""
-    import ddplab.upstream
-    import ddplab.zygote
+    import ddplab.processes.zygote
+    import ddplab.shared.upstream
 
     box = tempfile.mkdtemp(prefix="ddplab-isolate-")
     os.chmod(box, 0o755)
     script = os.path.join(box, "probe.py")
     with open(script, "w") as f:
-        source = open(ddplab.zygote.__file__).read().replace('if __name__ == "__main__":', "if False:")
-        source = source.replace("from . import upstream", "sys.path.insert(0, os.path.dirname(__file__))\nimport upstream")
+        source = open(ddplab.processes.zygote.__file__).read().replace('if __name__ == "__main__":', "if False:")
+        source = source.replace("from ..shared import upstream", "sys.path.insert(0, os.path.dirname(__file__))\nimport upstream")
         f.write(source + '''
 import json, socket
 before, uid = os.readlink("/proc/self/ns/net"), os.getuid()
@@ -250,7 +250,7 @@ client = socket.create_connection(server.getsockname(), timeout=2)
 print(json.dumps({"why": why, "uid_kept": os.getuid() == uid, "own_net": os.readlink("/proc/self/ns/net") != before,
                   "interfaces": sorted(name for _, name in socket.if_nameindex())}))
 ''')
-    shutil.copy(ddplab.upstream.__file__, box)  # (the zygote's one import of ddplab's own)
+    shutil.copy(ddplab.shared.upstream.__file__, box)  # (the zygote's one import of ddplab's own)
     os.chmod(script, 0o644)
     try:
         out = subprocess.run(["runuser", "-u", intruder, "--", "/usr/bin/python3", "-I", script], capture_output=True,

@@ -14,7 +14,7 @@ CYCLES = 20
 def test_twenty_start_stop_cycles_leave_nothing_behind():
     me = psutil.Process()
     before = descendants()
-    from ddplab.zygote import running_zygote
+    from ddplab.processes.zygote import running_zygote
 
     lab = Lab(2)
     lab.start().stop()  # the first cycle loads what stays loaded (modules, zmq context, the zygote)

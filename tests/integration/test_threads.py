@@ -6,7 +6,7 @@ import time
 
 import pytest
 
-from ddplab.errors import BadRequest, RankFailed
+from ddplab.shared.errors import BadRequest, RankFailed
 
 pytestmark = [pytest.mark.pool, pytest.mark.xdist_group("shared-pool")]
 

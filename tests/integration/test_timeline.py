@@ -6,7 +6,7 @@ import re
 
 import pytest
 
-from ddplab.errors import RankFailed
+from ddplab.shared.errors import RankFailed
 
 pytestmark = [pytest.mark.pool, pytest.mark.xdist_group("shared-pool")]
 

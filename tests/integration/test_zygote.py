@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from ddplab.zygote import Zygote
+from ddplab.processes.zygote import Zygote
 
 
 def test_a_controller_is_forked_before_torch_is_imported_and_engines_after(tmp_path):
@@ -37,7 +37,7 @@ def test_the_fork_server_follows_the_config_file_from_the_start():
         from traitlets.config import Config
         from IPython.core.interactiveshell import InteractiveShell
         import ddplab
-        from ddplab.zygote import running_zygote
+        from ddplab.processes.zygote import running_zygote
         c = Config()
         c.DDPLab.private_network = False
         shell = InteractiveShell.instance(config=c)
@@ -57,9 +57,9 @@ def test_the_fork_server_follows_the_config_file_from_the_start():
 def test_changing_private_network_while_a_pool_runs_is_for_the_next_pool(pool):
     """The zygote a running pool forks from stays, whatever %ddp_status asks meanwhile: a rank started
     again lives in the same network namespace as its peers."""
-    from ddplab.config import tunables
-    from ddplab.privacy import network_namespace
-    from ddplab.zygote import running_zygote
+    from ddplab.processes.zygote import running_zygote
+    from ddplab.shared.config import tunables
+    from ddplab.shared.privacy import network_namespace
 
     before = running_zygote().pid
     t = tunables()

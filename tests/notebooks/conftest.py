@@ -65,7 +65,7 @@ class SharedKernel:
     def left_running(self):
         """The kernel's descendants, but for its zygote (kept warm between pools on purpose)."""
         kernel = psutil.Process(self.pid)
-        zygotes = {p.pid for p in kernel.children() if "ddplab.zygote" in " ".join(p.cmdline())}
+        zygotes = {p.pid for p in kernel.children() if "ddplab.processes.zygote" in " ".join(p.cmdline())}
         left = []
         for p in kernel.children(recursive=True):
             try:

@@ -2,13 +2,13 @@
 import time
 from types import SimpleNamespace
 
-from ddplab import escalation as esc_stages
-from ddplab import state as st
-from ddplab.cell import collect, plan_recovery, recovery_notes, shows_a_value
-from ddplab.config import tunables
-from ddplab.escalation import Escalation, Waits
-from ddplab.monitor import Hooks, Monitor, Outcome, RankSeen
-from ddplab.telemetry import Live
+from ddplab.kernel import escalation as esc_stages
+from ddplab.kernel.cell import collect, plan_recovery, recovery_notes, shows_a_value
+from ddplab.kernel.escalation import Escalation, Waits
+from ddplab.kernel.monitor import Hooks, Monitor, Outcome, RankSeen
+from ddplab.kernel.telemetry import Live
+from ddplab.shared import state as st
+from ddplab.shared.config import tunables
 
 
 class Remote(Exception):
@@ -244,7 +244,7 @@ class FakeTelemetry:
 
 
 def batch(rank, final=False, begin=False):
-    from ddplab.wire import Batch
+    from ddplab.shared.wire import Batch
 
     empty = []
     return Batch(rank, 1, final, empty, empty, empty, empty, [(0.0, "begin", None)] if begin else [])
@@ -293,7 +293,7 @@ def test_settling_after_sigint_is_bounded_even_when_engines_never_answer():
 
 
 def test_what_was_done_after_a_failed_cell_is_said_in_the_pool_language():
-    from ddplab.cell import Recovery
+    from ddplab.kernel.cell import Recovery
 
     assert recovery_notes(Recovery(reform=True), 4, 1.5, 0.04, lang="zh") == ["进程组已重新组建，用时 40 毫秒；变量都保留着"]
     lost = recovery_notes(Recovery(lost=[2]), 4, 1.5, lang="zh")[0]
@@ -330,8 +330,8 @@ def test_a_batch_sent_between_cells_keeps_the_history_of_the_cell_it_belongs_to(
     """A rank's cell is numbered by the notebook cell that began it. An ack sent between cells (a knob
     set after the cell) carries the rank's last cell and is read in the next one: it must not move that
     cell's points into the next (they would mix two cells' points in %ddp_history)."""
-    from ddplab.telemetry import merge
-    from ddplab.wire import Batch
+    from ddplab.kernel.telemetry import merge
+    from ddplab.shared.wire import Batch
 
     live = Live.new(1)
     rs = live.run_state

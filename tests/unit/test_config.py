@@ -7,8 +7,8 @@ import textwrap
 
 import pytest
 
-from ddplab.config import DDPLab, PoolConfig, tunables
-from ddplab.errors import BadRequest
+from ddplab.shared.config import DDPLab, PoolConfig, tunables
+from ddplab.shared.errors import BadRequest
 
 
 def test_pool_config_fills_defaults_and_checks_each_setting():
@@ -46,7 +46,7 @@ def test_ipython_config_file_reaches_the_tunables(tmp_path):
         app = TerminalIPythonApp.instance()
         app.initialize(["--profile-dir", {str(tmp_path)!r}, "--no-banner"])
         app.shell.run_line_magic("load_ext", "ddplab")
-        from ddplab.config import PoolConfig, tunables
+        from ddplab.shared.config import PoolConfig, tunables
         print(tunables().escalate, PoolConfig.make(2).lang)
     """)
     out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60,
@@ -74,11 +74,11 @@ def test_unloading_ends_the_zygote_only_when_no_lab_uses_it(monkeypatch):
     import weakref
 
     import ddplab
-    import ddplab.zygote
-    from ddplab import lab
+    import ddplab.processes.zygote
+    from ddplab.kernel import lab
 
     stopped = []
-    monkeypatch.setattr(ddplab.zygote, "stop_zygote", lambda: stopped.append(True))
+    monkeypatch.setattr(ddplab.processes.zygote, "stop_zygote", lambda: stopped.append(True))
     monkeypatch.setattr(lab, "_running_labs", weakref.WeakSet())  # whatever pools this test session runs
 
     class Shell:

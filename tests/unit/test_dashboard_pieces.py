@@ -3,11 +3,11 @@ import re
 
 import pytest
 
-from ddplab import state as st
 from ddplab.dashboard import html
 from ddplab.dashboard.plots import LivePlot, nice_ceiling, tick_label
 from ddplab.dashboard.text import TextView
-from ddplab.metrics import LiveMetrics, Series
+from ddplab.shared import state as st
+from ddplab.shared.metrics import LiveMetrics, Series
 
 
 def run_state(states):
@@ -203,9 +203,9 @@ def test_a_new_cell_keeps_the_last_picture_and_its_titles_until_its_first_points
 
 
 def test_outside_a_notebook_a_pool_is_shown_as_text_in_its_language():
-    from ddplab.config import PoolConfig
     from ddplab.dashboard.choice import for_here
     from ddplab.dashboard.text import TextView
+    from ddplab.shared.config import PoolConfig
 
     view = for_here(PoolConfig.make(2, lang="zh"))
     assert isinstance(view, TextView) and view.lang == "zh"

@@ -1,5 +1,5 @@
 """Where ranks are and which collectives can never finish: pure functions of what ranks report."""
-from ddplab.diagnose import HINTS, hint_text, mismatch, where_text
+from ddplab.shared.diagnose import HINTS, hint_text, mismatch, where_text
 
 
 def waiting(op, line, since=2.0, group="default", shape=(1,), dtype="float32"):

@@ -3,7 +3,7 @@ language, its prose in the pool's."""
 import ast
 import re
 
-from ddplab.export import script
+from ddplab.kernel.export import script
 
 CELLS = [(1, "x = 1\n%time y = 2", None), (3, "print(rank)", [0, 2])]
 

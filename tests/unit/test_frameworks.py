@@ -5,11 +5,12 @@ import sys
 
 import pytest
 
-from ddplab import frameworks, system
-from ddplab.cell import framework_notes
-from ddplab.errors import RankError, RankFailed, is_echo
+from ddplab.kernel.cell import framework_notes
 from ddplab.lessons import MissingFramework, require_frameworks
 from ddplab.lessons import frameworks as lesson
+from ddplab.rank import frameworks
+from ddplab.shared import system
+from ddplab.shared.errors import RankError, RankFailed, is_echo
 
 TF_ABORT = ("UnavailableError", "Graph execution error:\n\nDetected at node sgd/CollectiveReduceV2 ...\n"
             "Collective ops is aborted by: Collective ops is aborted by: Socket closed")
@@ -39,7 +40,7 @@ def test_a_failure_that_aborted_tensorflows_collectives_says_to_restart_every_ra
 
 @pytest.mark.parametrize("private, gate, refused", [(True, False, False), (False, True, False), (False, False, True)])
 def test_a_framework_starts_only_where_nobody_else_can_reach_it(monkeypatch, private, gate, refused):
-    from ddplab.gate import GATE
+    from ddplab.rank.gate import GATE
 
     monkeypatch.setattr(frameworks, "private_network", lambda: private)
     monkeypatch.setattr(GATE, "_ready", gate)

@@ -16,7 +16,7 @@ ROOT = pathlib.Path(__file__).resolve().parents[2]
 # the 2 s are over.
 HOLDS_THE_GIL = """
 import ctypes, json, subprocess, sys, time
-from ddplab.gate import GATE
+from ddplab.rank.gate import GATE
 GATE.start(local=True)
 up = GATE.install(True)
 import zmq
@@ -31,7 +31,7 @@ print(json.dumps({"up": up, "why_not": GATE.why_not, "accepted_after": float(wat
 """
 WATCH = """
 import socket, time
-from ddplab.privacy import tcp_sockets
+from ddplab.shared.privacy import tcp_sockets
 time.sleep(0.5)
 s = socket.create_connection(("127.0.0.1", {port}))
 me, t0 = s.getsockname(), time.monotonic()
@@ -61,9 +61,9 @@ def test_the_keeper_ends_with_its_rank_even_one_killed():
     """A rank killed (SIGKILL: no atexit) leaves no keeper behind: the keeper sees its end of the pair close."""
     import psutil
 
-    from ddplab.system import wait_gone
+    from ddplab.shared.system import wait_gone
 
-    rank = subprocess.Popen([sys.executable, "-c", "from ddplab.gate import GATE\nGATE.start()\nGATE.install()\n"
+    rank = subprocess.Popen([sys.executable, "-c", "from ddplab.rank.gate import GATE\nGATE.start()\nGATE.install()\n"
                              "print(GATE.keeper.pid, flush=True)\nimport time\ntime.sleep(60)"],
                             stdout=subprocess.PIPE, text=True, cwd=ROOT, env={"PYTHONPATH": str(ROOT)})
     try:
@@ -78,7 +78,7 @@ def test_the_keeper_ends_with_its_rank_even_one_killed():
 def test_refusals_reach_the_rank_as_counts_and_junk_is_dropped_and_counted():
     seen = run("""
 import json, socket
-from ddplab.gate import GATE, REPORT
+from ddplab.rank.gate import GATE, REPORT
 mine, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
 GATE._sock = mine
 mine.setblocking(False)

@@ -36,7 +36,7 @@ def test_the_controller_counts_a_new_heart_at_its_first_pong():
 import zmq
 from zmq.eventloop.zmqstream import ZMQStream
 from ipyparallel.controller.heartmonitor import HeartMonitor
-from ddplab.zygote import count_new_hearts_at_once
+from ddplab.processes.zygote import count_new_hearts_at_once
 
 ctx = zmq.Context()
 def monitor(name):
@@ -84,7 +84,7 @@ def test_a_strangers_message_is_dropped_and_a_bug_is_said_as_one(caplog):
 
     from jupyter_client.session import Session
 
-    from ddplab.pool import guard_client
+    from ddplab.processes.pool import guard_client
 
     handled = []
 

@@ -3,9 +3,9 @@ import pytest
 from IPython.core.error import UsageError
 
 import ddplab
-from ddplab.errors import BadRequest, RankError, RankFailed
-from ddplab.lab import Lab, cores, default_ranks, max_local_ranks
-from ddplab.magics import parse_ranks
+from ddplab.kernel.lab import Lab, cores, default_ranks, max_local_ranks
+from ddplab.kernel.magics import parse_ranks
+from ddplab.shared.errors import BadRequest, RankError, RankFailed
 
 from ..conftest import descendants
 
@@ -116,8 +116,8 @@ def test_rank_failed_names_ranks_that_failed_the_same_way_once():
 
 
 def test_cores_follow_a_container_quota(tmp_path, monkeypatch):
-    from ddplab.config import cores
-    from ddplab.system import cgroup_cpu_quota
+    from ddplab.shared.config import cores
+    from ddplab.shared.system import cgroup_cpu_quota
 
     (tmp_path / "cpu.max").write_text("150000 100000\n")
     assert cgroup_cpu_quota(str(tmp_path)) == 2
@@ -129,7 +129,7 @@ def test_cores_follow_a_container_quota(tmp_path, monkeypatch):
     (v1 / "cpu" / "cpu.cfs_period_us").write_text("100000\n")
     assert cgroup_cpu_quota(str(v1)) == 1
     assert cgroup_cpu_quota(str(tmp_path / "none")) is None
-    from ddplab.config import DDPLab, tunables
+    from ddplab.shared.config import DDPLab, tunables
 
     monkeypatch.setenv("DDPLAB_CORES", "3")
     assert DDPLab().cores == 3  # the environment variable is the default of DDPLab.cores
@@ -140,7 +140,7 @@ def test_cores_follow_a_container_quota(tmp_path, monkeypatch):
 def test_rank_failed_reports_in_the_pool_language():
     from functools import partial
 
-    from ddplab.words import say
+    from ddplab.shared.words import say
 
     lost = RankError("RankLost", "its engine was killed (SIGKILL) by %ddp_fault kill", [], 2, 9, "h", step=35)
     echo = [RankError("RuntimeError", "[pair.cc:553] Connection closed by peer", [], i, i, "h") for i in (0, 1)]

@@ -3,7 +3,7 @@ import math
 
 import pytest
 
-from ddplab.metrics import History, LiveMetrics, RateMeter, Series
+from ddplab.shared.metrics import History, LiveMetrics, RateMeter, Series
 
 
 def test_series_keeps_everything_until_cap_then_thins_evenly():
@@ -130,7 +130,7 @@ def test_a_batch_of_points_draws_as_the_points_one_by_one_would():
     """add_many (a batch as arrays: no Python object per point) keeps exactly the points add() keeps."""
     import numpy as np
 
-    from ddplab.metrics import RateMeter, Series
+    from ddplab.shared.metrics import RateMeter, Series
 
     rng = np.random.default_rng(0)
     for sizes in ([1000], [3, 397, 1, 2000, 50], [7] * 300):

@@ -6,9 +6,9 @@ import os
 import pytest
 from torch._inductor.runtime.cache_dir_utils import default_cache_dir
 
-from ddplab.hostpool import LaunchedPool
-from ddplab.localpool import LocalPool
-from ddplab.privacy import compile_cache, default_compile_cache, folder_problem, private_folder, torch_default_cache
+from ddplab.processes.hostpool import LaunchedPool
+from ddplab.processes.localpool import LocalPool
+from ddplab.shared.privacy import compile_cache, default_compile_cache, folder_problem, private_folder, torch_default_cache
 
 
 def test_the_compile_cache_is_the_users_own_not_torchs_shared_default(monkeypatch, tmp_path):

@@ -11,9 +11,9 @@ from types import SimpleNamespace
 
 import pytest
 
-from ddplab import privacy
-from ddplab.config import show_log
-from ddplab.owned import ipp_log
+from ddplab.processes.owned import ipp_log
+from ddplab.shared import privacy
+from ddplab.shared.config import show_log
 
 
 def test_a_symbolic_link_above_a_folder_is_followed_and_checked_not_trusted(tmp_path):
@@ -105,7 +105,7 @@ def test_the_kernel_names_the_owner_of_the_other_end_of_every_connection():
 
 def test_no_key_reaches_a_log_line(monkeypatch):
     """ipyparallel logs the script its SSH launcher runs, environment included (DDPLab.debug)."""
-    from ddplab.privacy import REDACT
+    from ddplab.shared.privacy import REDACT
 
     stream = io.StringIO()
     show_log("DEBUG")

@@ -2,7 +2,7 @@
 import threading
 import time
 
-from ddplab.probe import Probe
+from ddplab.rank.probe import Probe
 
 FAKE = compile("import time\ndef all_reduce(t):\n    time.sleep(0.02)\n", "/site/torch/distributed/fake.py", "exec")
 

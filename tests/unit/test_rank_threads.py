@@ -1,6 +1,6 @@
 """A rank's telemetry thread and its cell's thread, without engines: what the telemetry thread may
 touch (never torch's objects while a cell trains), and which cuts it applies (its own forming's only)."""
-from ddplab import wire
+from ddplab.shared import wire
 
 
 def test_memory_is_measured_on_the_cells_thread_only(monkeypatch):

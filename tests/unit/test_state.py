@@ -1,6 +1,6 @@
 import pytest
 
-from ddplab import state as st
+from ddplab.shared import state as st
 
 
 def test_happy_path_through_a_training_cell():
@@ -49,7 +49,7 @@ def test_every_change_to_the_run_state_takes_its_lock():
     import inspect
     import re
 
-    from ddplab.state import RunState
+    from ddplab.shared.state import RunState
 
     changes = re.compile(r"self\.(?!lock\b)\w+(\.\w+|\[[^\]]*\])*(\.\w+)? *(=|\+=)(?!=)|self\.states\.set\(|\.touch\(\)")
     unlocked = [name for name, fn in vars(RunState).items()

@@ -1,6 +1,6 @@
 """The notebook's side of stepping ranks stopped at breakpoints, without engines: which ranks a command
 is for, and the replies side by side (Chinese characters take two columns)."""
-from ddplab.stepping import _width, parse, side_by_side
+from ddplab.kernel.stepping import _width, parse, side_by_side
 
 
 def test_a_command_names_its_ranks_in_brackets_or_goes_to_every_stopped_rank():

@@ -6,8 +6,8 @@ import json
 import pytest
 import zmq
 
-from ddplab import store
-from ddplab.members import member_socket
+from ddplab.rank import store
+from ddplab.shared.members import member_socket
 
 KEY = b"k" * 32
 

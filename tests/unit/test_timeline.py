@@ -5,8 +5,9 @@ from array import array
 
 import numpy as np
 
-from ddplab import recorder, wire
-from ddplab.timeline import CHUNK, SPAN, CellSpans, Rows
+from ddplab.rank import recorder
+from ddplab.shared import wire
+from ddplab.shared.timeline import CHUNK, SPAN, CellSpans, Rows
 
 BACKWARD, OPTIMIZER, FORWARD, COMM, DATA = 1, 2, 0, 4, 3
 
@@ -171,7 +172,7 @@ def slow_parts(rows):
 
 
 def test_the_step_arithmetic_in_numpy_matches_its_definition_span_by_span():
-    from ddplab.timeline import Timeline
+    from ddplab.shared.timeline import Timeline
 
     rng = np.random.default_rng(7)
     rows = []

@@ -1,4 +1,4 @@
-"""ddplab.upstream: every private name of torch, ipyparallel, pyzmq, psutil, IPython, ipykernel and
+"""ddplab.shared.upstream: every private name of torch, ipyparallel, pyzmq, psutil, IPython, ipykernel and
 matplotlib that ddplab relies on is listed there, is there in the packages installed here, and a
 name that moves turns its feature off with one warning, once."""
 import ast
@@ -11,9 +11,9 @@ from types import SimpleNamespace
 
 import pytest
 
-from ddplab import upstream
+from ddplab.shared import upstream
 
-PACKAGE = Path(upstream.__file__).parent
+PACKAGE = Path(upstream.__file__).parents[1]  # ddplab/
 SOURCES = sorted(p for p in PACKAGE.rglob("*.py") if p.name != "upstream.py")
 
 
@@ -76,7 +76,7 @@ def test_the_timeline_times_no_bucket_where_torch_moved_a_name(fresh, monkeypatc
     reducer), said once; the rest of the timeline is installed as usual and taken out again."""
     import torch
 
-    from ddplab.recorder import QUEUE_CALLBACK, Recorder
+    from ddplab.rank.recorder import QUEUE_CALLBACK, Recorder
 
     gone = upstream.NAMES[QUEUE_CALLBACK]._replace(path="torch.autograd:Variable._no_such_engine.queue_callback")
     monkeypatch.setitem(upstream.NAMES, QUEUE_CALLBACK, gone)
@@ -95,8 +95,8 @@ def test_the_timeline_times_no_bucket_where_torch_moved_a_name(fresh, monkeypatc
 
 
 def test_the_notebook_says_what_the_zygote_and_the_ranks_found_moved(fresh, caplog):
-    from ddplab.pool import Pool
-    from ddplab.zygote import Zygote
+    from ddplab.processes.pool import Pool
+    from ddplab.processes.zygote import Zygote
 
     zygote = Zygote.__new__(Zygote)  # its reply only: no process
     zygote.stages, zygote._network = [], None
@@ -112,7 +112,7 @@ def test_the_notebook_says_what_the_zygote_and_the_ranks_found_moved(fresh, capl
 
 
 def test_the_zygote_leaves_out_a_listed_module_that_is_gone_and_no_other(fresh, monkeypatch):
-    from ddplab import zygote
+    from ddplab.processes import zygote
 
     monkeypatch.setitem(upstream.NAMES, "torch._gone", upstream.Name("torch", "torch._gone", upstream.PRELOAD))
     monkeypatch.setattr(zygote, "STAGES", {"engine": ("torch._gone",)})
@@ -124,7 +124,7 @@ def test_the_zygote_leaves_out_a_listed_module_that_is_gone_and_no_other(fresh, 
 
 
 def test_a_client_stream_without_its_callback_goes_unguarded_said_once(fresh, caplog):
-    from ddplab.pool import guard_client
+    from ddplab.processes.pool import guard_client
 
     streams = {f"_{c}_stream": SimpleNamespace(_recv_callback=print) for c in
                ("query", "control", "mux", "task", "iopub", "notification", "broadcast")}
@@ -213,7 +213,7 @@ def test_every_private_name_of_another_package_that_ddplab_uses_is_listed():
     listed = listed_words()
     unlisted = sorted({(name, where) for name, where in used
                        if name not in defined | DOCUMENTED | listed and not name.startswith("_ddplab")})
-    assert not unlisted, ("private names of other packages not in ddplab/upstream.py (list each with its owner and "
+    assert not unlisted, ("private names of other packages not in ddplab/shared/upstream.py (list each with its owner and "
                           "the feature that needs it, or define it in ddplab):\n" + "\n".join(
                               f"  {name} at {where}" for name, where in unlisted))
 

@@ -7,7 +7,7 @@ from array import array
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ddplab import wire
+from ddplab.shared import wire
 
 KEY = b"k" * 32
 
@@ -102,7 +102,7 @@ def test_the_notebook_accepts_each_ranks_batches_only_newer_than_the_last(tmp_pa
     last good batch, never by a name the connecting side claims."""
     import zmq
 
-    from ddplab.telemetry import Telemetry
+    from ddplab.kernel.telemetry import Telemetry
 
     telemetry = Telemetry(f"ipc://{tmp_path}", KEY)
     telemetry.generation = 3
@@ -143,7 +143,7 @@ def test_the_notebook_accepts_each_ranks_batches_only_newer_than_the_last(tmp_pa
 def test_a_flood_is_read_a_bounded_amount_at_a_time(tmp_path):
     import zmq
 
-    from ddplab.telemetry import Telemetry
+    from ddplab.kernel.telemetry import Telemetry
 
     telemetry = Telemetry(f"ipc://{tmp_path}", KEY)
     flood = zmq.Context.instance().socket(zmq.DEALER)
@@ -166,7 +166,7 @@ def test_a_command_counts_as_done_only_when_its_rank_says_so_in_this_forming(tmp
     forming does not make a later command look done before the rank has it."""
     import zmq
 
-    from ddplab.telemetry import Telemetry
+    from ddplab.kernel.telemetry import Telemetry
 
     telemetry = Telemetry(f"ipc://{tmp_path}", KEY)
     telemetry.generation = 3

@@ -5,9 +5,9 @@ import pathlib
 import re
 import string
 
-from ddplab.config import PoolConfig
-from ddplab.words import plural, ranks_text, say
-from ddplab.zh import ZH
+from ddplab.shared.config import PoolConfig
+from ddplab.shared.words import plural, ranks_text, say
+from ddplab.shared.zh import ZH
 
 PACKAGE = pathlib.Path(__file__).resolve().parents[2] / "ddplab"
 CJK = re.compile(r"[\u4e00-\u9fff]")
@@ -41,8 +41,10 @@ def _literals(node):
 def said_texts():
     """Every literal text ddplab says: the first string argument of each say(...) / .say(...) /
     _tell(...) call, and the tables of texts (diagnosis, hints, the script header, the dashboard)."""
-    from ddplab import diagnose, errors, export, frameworks, swimlane
     from ddplab.dashboard import html
+    from ddplab.kernel import export
+    from ddplab.rank import frameworks
+    from ddplab.shared import diagnose, errors, swimlane
 
     found = set()
     for path in PACKAGE.rglob("*.py"):

@@ -213,7 +213,7 @@ class MemoryBox:
     that joins it and every process those start. Removed (remove()) once they are gone."""
 
     def __init__(self, limit):
-        from ddplab.system import memory_cgroups
+        from ddplab.shared.system import memory_cgroups
 
         version, parent = next((v, f) for v, f in memory_cgroups() if os.path.isdir(f))
         self.version, self.path = version, os.path.join(parent, f"ddplab-box-{secrets.token_hex(3)}")

@@ -18,7 +18,7 @@ import time
 import psutil
 
 from ddplab import Lab
-from ddplab.errors import DDPLabError
+from ddplab.shared.errors import DDPLabError
 
 TRAIN = ("from ddplab.workloads import train_ddp\nsummary = train_ddp(steps=20)\n"
          "print('trained', summary['loss'] < 2.4)")
@@ -93,7 +93,7 @@ def target(seconds, secret, quiet_after=0.0, steady=0, gate=1):
     on); each cell's result and when it ended, and what failed. Then, once the attack is over
     (QUIET_AFTER seconds from the start), how long the pool takes to work again. gate=0: without the
     accept gate (DDPLab.accept_gate), the checks of guard.py alone."""
-    from ddplab.config import tunables
+    from ddplab.shared.config import tunables
 
     tunables().accept_gate = bool(gate)
     out = {"cells": [], "failures": [], "refused": {}, "notices": []}

@@ -56,7 +56,7 @@ class Exercise:
     mistake: Callable
 
 
-EXERCISES = {}
+EXERCISES: dict[str, Exercise] = {}
 
 
 def exercise(key, solution, mistake):

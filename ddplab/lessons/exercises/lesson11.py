@@ -49,7 +49,8 @@ def foreign_object(answer, run):
                      "load 只用 weights_only=True 读取；rank 0 把 UnpicklingError 变成一个 ValueError 并广播出去，"
                      "所以每个 rank 都抛出它，没有哪个 rank 在等待。")
     if choice == "b":
-        return wrong("Look at _read_and_broadcast in ddplab/checkpoint.py: what does rank 0 broadcast when torch.load fails?",
-                     "看看 ddplab/checkpoint.py 中的 _read_and_broadcast：torch.load 失败时，rank 0 广播的是什么？")
-    return wrong("Look at the torch.load call in ddplab/checkpoint.py: which weights_only does it pass?",
-                 "看看 ddplab/checkpoint.py 中对 torch.load 的调用：它传的 weights_only 是什么？")
+        return wrong("Look at _read_and_broadcast in ddplab/rank/checkpoint.py: what does rank 0 broadcast when "
+                     "torch.load fails?",
+                     "看看 ddplab/rank/checkpoint.py 中的 _read_and_broadcast：torch.load 失败时，rank 0 广播的是什么？")
+    return wrong("Look at the torch.load call in ddplab/rank/checkpoint.py: which weights_only does it pass?",
+                 "看看 ddplab/rank/checkpoint.py 中对 torch.load 的调用：它传的 weights_only 是什么？")

@@ -1,0 +1,454 @@
+"""Lab: a pool of ipyparallel engines that form one torch.distributed gloo group.
+
+Everything the magics do is a call on Lab, so scripts, the CLI and tests use the same path. Lab
+owns the lifecycle (start, stop, restart, status) and composes the rest: the settings are a
+PoolConfig (config.py), the engines a Pool (pool.py), the process group a Group (group.py), what
+ranks log arrives through Telemetry into Live (telemetry.py) and a View draws it. Cells run
+through lab's Runner (running.py); debugging (lab.debug), fault drills (lab.drills), knobs
+(lab.knobs), export (lab.export), what the ranks recorded (lab.records) and what the notebook says
+about the pool (lab.report) are small objects in their own modules, reached from it.
+
+Threads: a watch thread notices engines that die between cells, and a background cell is watched
+by its own thread; state they share with the notebook's thread changes under lab.lock.
+"""
+import atexit
+import logging
+import secrets
+import sys
+import threading
+import time
+import weakref
+from dataclasses import replace
+
+from ..dashboard.choice import for_here
+from ..dashboard.view import View
+from ..processes.pools import make_pool
+from ..shared import state as st
+from ..shared.config import PoolConfig, cores, default_ranks, max_local_ranks, tunables
+from ..shared.errors import FLOODED, BadRequest, NameMissing, PoolAlreadyRunning, PoolNotRunning, RankLost, StartFailed
+from ..shared.privacy import REDACT
+from ..shared.system import is_gone
+from ..shared.words import ranks_text
+from .cell import RankOutput, RunResult
+from .debug import Debugger
+from .drills import Drills
+from .export import Export
+from .group import Group
+from .knobs import Knobs
+from .records import Records
+from .report import Report
+from .running import Runner, watch
+from .telemetry import Live, Telemetry
+
+log = logging.getLogger("ddplab")
+_running_labs: "weakref.WeakSet[Lab]" = weakref.WeakSet()
+
+__all__ = ["Lab", "RunResult", "RankOutput", "cores", "default_ranks", "max_local_ranks", "is_gone"]
+
+
+class Lab:
+    """A pool of `ranks` engines forming one gloo process group.
+
+    >>> with Lab(ranks=2) as lab:
+    ...     lab.run("t = torch.ones(1) * rank; dist.all_reduce(t)")
+    ...     lab.gather("t")          # [tensor([1.]), tensor([1.])]
+
+    The settings (see PoolConfig): timeout (seconds a collective may wait before gloo gives up),
+    threads_per_rank (default: cores // ranks, at least 1), rendezvous ("file" or
+    "tcp://HOST:PORT"), launcher ("local", "local-spawn", or an ipyparallel engine launcher such
+    as "mpi"), start_timeout, connect / profile / cluster_id (engines started elsewhere), ifname,
+    encrypt. Or pass a ready PoolConfig as config=.
+    """
+
+    def __init__(self, ranks=None, timeout=None, threads_per_rank=None, *, rendezvous="file", launcher=None,
+                 start_timeout=None, connect=None, profile=None, cluster_id=None, ifname=None, encrypt=False,
+                 config=None):
+        self.config = config or PoolConfig.make(ranks, timeout, threads_per_rank, rendezvous=rendezvous,
+                                                launcher=launcher, start_timeout=start_timeout, connect=connect,
+                                                profile=profile, cluster_id=cluster_id, ifname=ifname, encrypt=encrypt)
+        self.live = Live.new(self.config.ranks or 0)  # an attached pool: its size once attached
+        self.view = View()  # what shows the pool live: a Dashboard, a TextView, ... (dashboard/view.py)
+        self.pool = self.group = self.telemetry = None
+        self.start_seconds = None
+        self.lock = threading.RLock()
+        self.runner, self.debug, self.drills = Runner(self), Debugger(self), Drills(self)
+        self.knobs, self.export, self.records, self.report = Knobs(self), Export(self), Records(self), Report(self)
+        self._views = {}
+        self._watching = threading.Event()
+
+    # ------------------------------------------------------------------ what it is
+    world_size = property(lambda self: self.config.ranks)
+    timeout = property(lambda self: self.config.timeout)
+    threads = property(lambda self: self.config.threads)
+    run_state = property(lambda self: self.live.run_state)
+    metrics = property(lambda self: self.live.metrics)
+    info = property(lambda self: self.group.info if self.group else [])  # per rank: engine, pid, host, threads
+    last_result = property(lambda self: self.runner.last_result)
+    background = property(lambda self: self.runner.background)
+
+    @property
+    def rendezvous(self):
+        """Where the ranks met: a file in the private folder, or a store on rank 0's address."""
+        return self.pool.rendezvous_text() if self.pool is not None else self.config.rendezvous
+
+    @property
+    def running(self):
+        return self.pool is not None and self.pool.client is not None
+
+    @property
+    def states(self):
+        """The rank states (starting, init, ready, running, training, done, failed, lost, stopped)."""
+        return self.run_state.states
+
+    def __enter__(self):
+        return self if self.running else self.start()
+
+    def __exit__(self, *exc):
+        self.stop()
+
+    def __repr__(self):
+        what = "running" if self.running else "stopped"
+        return f"<Lab {self.world_size} ranks, gloo, {self.threads} thread(s)/rank, {what}>"
+
+    # ------------------------------------------------------------------ lifecycle
+    def _say(self, progress):
+        def say(text, **values):  # a progress message, in the pool's language
+            message = self.config.say(text, **values)
+            self.run_state.set_message(message)
+            if progress is not None:
+                progress(message)
+            self.show("update")
+        return say
+
+    def start(self, progress=None):
+        """Start the engines and form the group. progress(message) is called at each stage."""
+        if self.running:
+            raise PoolAlreadyRunning(
+                f"a pool of {self.world_size} ranks is already running: "
+                "%ddp_stop (Lab.stop()) first, or %ddp_restart (Lab.restart())")
+        tic = time.perf_counter()
+        deadline = tic + self.config.start_timeout
+        self.live = Live.new(self.config.ranks or 0)
+        self.drills.forget()
+        say = self._say(progress)
+        self.pool = make_pool(self.config)
+        _running_labs.add(self)
+        try:
+            engines = self.pool.start(self.config.ranks, deadline, say)
+            if len(engines) != self.config.ranks:  # attached to every engine there is
+                self.config = replace(self.config, ranks=len(engines))
+                self.live = Live.new(len(engines))
+            self.run_state.set_all(st.INIT)
+            self.telemetry = Telemetry(self.pool.telemetry_where(), secrets.token_bytes(32))
+            REDACT.hide(self.telemetry.key, self.telemetry.member[1])
+            self.group = Group(self.pool, self.config, self.telemetry)
+            self.form(deadline, say)
+        except BaseException as exc:
+            self.stop()
+            if isinstance(exc, (StartFailed, KeyboardInterrupt)):
+                raise
+            raise StartFailed(f"the pool did not start: {type(exc).__name__}: {exc}") from exc
+        self.start_seconds = time.perf_counter() - tic
+        self.run_state.set_message("")
+        self._watching.clear()
+        threading.Thread(target=watch, args=(self, self._watching), name="ddplab-watch", daemon=True).start()
+        log.info("pool of %d ranks started in %.1f s", self.world_size, self.start_seconds)
+        return self
+
+    def form(self, deadline, say=None):
+        """(Re-)form the group; every rank not marked failed goes init -> ready. Returns (seconds,
+        objects tied to the old group)."""
+        seconds, stale = self.group.form(deadline, say)
+        self.pool.track(self.group.info)
+        for account, (n, taken) in self.group.refused.items():
+            self.live.refuse(account, n, taken)
+        if self.group.refused:
+            self.report.notices()
+        for r in range(self.world_size):
+            if self.run_state.states[r] != st.FAILED:  # keep the red mark of a failed cell
+                self.run_state.set_state(r, st.INIT)
+                self.run_state.set_state(r, st.READY)
+        log.info("group formed (generation %d) in %.0f ms", self.group.generation, seconds * 1000)
+        return seconds, stale
+
+    def pids(self):
+        """Process ids of every process of the pool (for checks that nothing is left)."""
+        return self.pool.pids() if self.pool is not None else []
+
+    def stop(self, shutdown=False):
+        """End the pool. A pool this notebook started: engines, controller, every helper process
+        and the private folder. One attached to engines started elsewhere: the group is left and
+        the engines keep running (shutdown=True stops them and their controller). Returns what
+        was done: "stopped", "left" or "shut down" (None if nothing ran)."""
+        self._watching.set()
+        outcome, background = None, self.runner.background
+        with self.lock:
+            if self.pool is not None:
+                outcome = self.pool.stop(shutdown=shutdown)
+            self.pool = None
+            self._views = {}
+        if background is not None:  # it sees its ranks gone and ends; nothing it does after changes what stop set
+            background.thread.join(tunables().control_timeout)
+            self.runner.forget(background)
+        with self.lock:
+            if self.telemetry is not None:
+                self.telemetry.close()
+                self.telemetry = None
+            self.run_state.set_all(st.STOPPED)
+            self.show("update")
+            _running_labs.discard(self)
+        return outcome
+
+    def restart(self, progress=None, everything=False):
+        """Bring back a full group. If ranks were lost (and everything is not asked), restart
+        only those engines: the other ranks keep their variables. Otherwise every rank starts
+        afresh (variables are lost; the controller and the dashboard stay). Returns a sentence
+        saying which."""
+        self.check_running()
+        self.end_background()
+        lost = sorted(self.find_lost())
+        say = self.config.say
+        if lost and not everything:
+            seconds = self.restart_ranks(lost, progress)
+            kept = [r for r in range(self.world_size) if r not in lost]
+            lang = self.config.lang
+            return say("restarted {lost} in {seconds:.1f} s ({its} variables are gone; {kept} kept theirs); group re-formed",
+                       lost=ranks_text(lost, lang), seconds=seconds, kept=ranks_text(kept, lang),
+                       its=say("its" if len(lost) == 1 else "their"))
+        tic = time.perf_counter()
+        with self.lock:
+            say_progress = self._say(progress)
+            for r in range(self.world_size):
+                self.run_state.set_state(r, st.STARTING)
+            self.drills.forget()
+            kept_engines = self.pool.renew(tic + self.config.start_timeout, say_progress)
+            for r in range(self.world_size):
+                self.run_state.set_state(r, st.INIT)
+            self.form(tic + self.config.start_timeout, say_progress)
+        self.start_seconds = time.perf_counter() - tic
+        if kept_engines:
+            return say("restarted: {ready}; every rank's variables were cleared, the engines kept",
+                       ready=self.report.ready())
+        return say("restarted: {ready}; variables from before are gone", ready=self.report.ready())
+
+    def restart_ranks(self, ranks, progress=None):
+        """Kill (if alive) and restart the engines of `ranks`, then re-form the group on all ranks."""
+        tic = time.perf_counter()
+        deadline = tic + self.config.start_timeout
+        ranks = list(ranks)
+        log.info("restarting ranks %s", ranks)
+        with self.lock:
+            say = self._say(progress)
+            for r in ranks:
+                self.run_state.set_state(r, st.STARTING)
+                self.drills.forget(r)
+            self.pool.replace(ranks, deadline, say)
+            for r in ranks:
+                self.run_state.set_state(r, st.INIT)
+            self.form(deadline, say)
+            for r in ranks:
+                self.run_state.clear_error(r)
+            self.show("update")
+        return time.perf_counter() - tic
+
+    # ------------------------------------------------------------------ failures
+    def find_lost(self, ranks=None):
+        """rank -> why, for every rank whose engine is gone."""
+        if self.pool is None:
+            return {}
+        return {r: lost.why for r, lost in self.pool.lost(ranks).items()}
+
+    def end_background(self):
+        """A cell running in the background ends before the pool changes under it (a restart): every
+        rank is interrupted (SIGINT), and the cell's own thread recovers as for Ctrl-C (a rank stuck in
+        a collective is killed and restarted); waited for, bounded. Its result then says how it ended."""
+        background = self.runner.background
+        if background is None or background.done():
+            return
+        log.info("a cell runs in the background: interrupted first")
+        self.interrupt()
+        t = tunables()
+        background.thread.join(t.escalate + t.after_cut + t.start_timeout)
+        self.runner.forget(background)
+
+    def interrupt(self, ranks=None):
+        """Send SIGINT to the given ranks (all by default), like Ctrl-C in each. A cell running in the
+        background is stopped as Ctrl-C stops a cell: SIGINT, then, for ranks stuck where it cannot reach
+        (inside gloo), their links cut, then the ranks killed (and restarted)."""
+        background = self.runner.background
+        if ranks is None and background is not None and not background.done():
+            background.interrupted.set()
+            return
+        self.pool.interrupt(list(range(self.world_size)) if ranks is None else ranks)
+
+    # ------------------------------------------------------------------ running code
+    def check_running(self):
+        if not self.running:
+            raise PoolNotRunning()
+
+    def check_ranks(self, ranks):
+        """The ranks a request is for (all for None), checked: running, none lost, no cell in the
+        background."""
+        self.check_running()
+        background = self.runner.background
+        if background is not None and not background.done():
+            raise BadRequest("a cell runs in the background on the ranks: %ddp_wait waits for its result, "
+                             "%ddp_interrupt stops it")
+        if ranks is None:
+            ranks = list(range(self.world_size))
+        else:
+            ranks = list(ranks)
+            bad = [r for r in ranks
+                   if isinstance(r, bool) or not isinstance(r, int) or not 0 <= r < self.world_size]
+            if bad or not ranks:
+                raise BadRequest(f"ranks must be among 0..{self.world_size - 1}, got {ranks}")
+            ranks = sorted(set(ranks))
+        lost = self.find_lost()
+        if lost and all(FLOODED in why for why in lost.values()):
+            self.recover_from_flood(sorted(lost))
+            lost = {}
+        elif not lost and not self.group.formed:  # the last forming failed (another account took its connections?)
+            self.form(time.perf_counter() + self.config.start_timeout)
+        lost = {r: why for r, why in lost.items() if r in ranks}
+        if lost:
+            r, why = next(iter(lost.items()))
+            raise RankLost(f"rank {r} is lost ({why}): %ddp_restart (Lab.restart()) brings back a full group")
+        return ranks
+
+    def recover_from_flood(self, ranks):
+        """Ranks another account killed by flooding their gloo port (guard.py) come back at once, with
+        one line saying so: the learner did nothing wrong."""
+        say = self.config.say
+        seconds = self.restart_ranks(ranks)
+        text = say("{ranks} died: {why}; restarted in {seconds:.1f} s (their variables are gone), the group formed again",
+                   ranks=ranks_text(ranks, self.config.lang), why=say(FLOODED), seconds=seconds)
+        log.warning(text)
+        self.run_state.notice(("flooded", tuple(ranks)), text)
+        print(f"ddplab: {text}", file=sys.stderr)
+
+    def view_on(self, ranks):
+        """A DirectView on these ranks' engines, kept: a new view per cell costs ~2 ms here."""
+        eids = tuple(self.pool.engine_ids[r] for r in ranks)
+        with self.lock:
+            view = self._views.get(eids)
+            if view is None:
+                view = self._views[eids] = self.pool.client[list(eids)]
+        return view
+
+    def use_view(self):
+        """Show the pool live where we run (the widget dashboard in a notebook, text elsewhere:
+        dashboard/view.py's for_here), from now on; returns that view."""
+        self.view = for_here(self.config)
+        self.view.show()
+        return self.view
+
+    def run(self, code, ranks=None, timeout=None, background=False, expect=None):
+        """Run `code` on every rank (or the given ranks); return a RunResult.
+
+        Raises RankFailed if any rank raised or died, root cause first, with what was done about
+        it (the group re-formed, ranks restarted). timeout: seconds the cell may run; then every
+        rank is interrupted and CellTimeout raised. On KeyboardInterrupt every rank is sent
+        SIGINT and the interrupt re-raised. While the cell runs, telemetry (ddplab.log) is
+        merged and self.view redrawn.
+
+        background=True returns at once: the cell runs on, watched by a thread (the dashboard stays
+        live and the notebook free: widgets work, knobs reach the ranks); wait() gives its result.
+
+        expect="CollectiveMismatch" (the name of ddplab's error or of a failed rank's exception): the
+        cell is meant to fail so (a lesson's point); returns that error. Another failure is raised as
+        it is; a cell that does not fail raises ExpectedFailureMissing.
+        """
+        if expect is not None:
+            return self.runner.run_expecting(code, expect, ranks, timeout, background)
+        return self.runner.run(code, ranks, timeout, background)
+
+    def wait(self, timeout=None):
+        """The result of the cell running in the background (run(..., background=True)): waits for
+        it, then returns its RunResult or raises what it raised. TimeoutError if it runs on."""
+        return self.runner.wait(timeout)
+
+    def gather(self, name, ranks=None):
+        """Value of `name` (a variable or expression) on every rank, as a list indexed by rank."""
+        ranks = self.check_ranks(ranks)
+        if not isinstance(name, str) or not name.strip():
+            raise BadRequest("gather needs a variable name, e.g. gather('loss')")
+        ar = self.view_on(ranks).pull(name, block=False)
+        if not ar.wait(self.timeout):
+            raise BadRequest(f"gathering {name!r} took longer than {self.timeout:.0f} s: "
+                             "are the ranks still running a cell?")
+        values = ar.get(return_exceptions=True)
+        errors = {r: v for r, v in zip(ranks, values) if isinstance(v, Exception)}
+        if errors:
+            if all(getattr(e, "ename", "") == "NameError" for e in errors.values()):
+                raise NameMissing(f"{name!r} is not defined on rank(s) {', '.join(map(str, errors))}: "
+                                  "define it in a %%ddp cell first")
+            r, e = next(iter(errors.items()))
+            raise BadRequest(f"evaluating {name!r} failed on rank {r}: {getattr(e, 'ename', '')}: "
+                             f"{getattr(e, 'evalue', e)}") from e
+        return values
+
+    def push(self, ranks=None, **values):
+        """Set variables in every rank (or the given ranks): lab.push(lr=0.1, data=tensor)."""
+        ranks = self.check_ranks(ranks)
+        try:
+            self.view_on(ranks).push(values, block=False).get(self.timeout)
+        except RecursionError as exc:  # ipyparallel cans a notebook's class through its methods' __class__ cell
+            classes = [k for k, v in values.items() if isinstance(v, type) and v.__module__ == "__main__"]
+            if not classes:
+                raise BadRequest(f"cannot send {', '.join(values)} to the ranks: RecursionError: {exc}") from exc
+            raise BadRequest(f"cannot send {', '.join(classes)} to the ranks: ipyparallel cannot pickle a class "
+                             "defined in this notebook whose methods call super(): define it in a %%ddp cell "
+                             "instead") from exc
+        except Exception as exc:  # noqa: BLE001 - e.g. an object that cannot be pickled: said in one line
+            raise BadRequest(f"cannot send {', '.join(values)} to the ranks: {type(exc).__name__}: {exc}") from exc
+
+    def command(self, cmd, wait=True, **values):
+        """Tell every rank `cmd` (a signed telemetry command, rank.Sender); with wait, return once each
+        has carried it out (at most DDPLab.control_timeout). The ranks that have not said so."""
+        sent = {r: self.telemetry.command(r, cmd=cmd, **values) for r in range(self.world_size)}
+        if not wait:
+            return sorted(r for r, seq in sent.items() if seq is None)
+        return self.telemetry.confirm(sent, tunables().control_timeout)
+
+    # ------------------------------------------------------------------ showing it
+    def view_background(self, on):
+        """Tell the view whether cells run in the background (it must not display anything then:
+        the notebook has moved on to other cells)."""
+        if self.view is not None:
+            self.view.background = on
+
+    def show(self, what):
+        """Call the view (view.begin/update/end(live)); True if it drew. A view that raises is
+        reported on stderr, never allowed to break a cell or leave ranks running."""
+        if self.view is None:
+            return False
+        try:
+            getattr(self.view, what)(self.live)
+            return True
+        except Exception as exc:  # noqa: BLE001 - a broken view must not break a cell; said once on stderr
+            import sys
+
+            log.debug("the live view failed", exc_info=True)
+            print(f"ddplab: the live view failed ({type(exc).__name__}: {exc}); the pool is fine", file=sys.stderr)
+            return False
+
+    def status(self):
+        """One dict per rank: rank, engine, pid, host, address (and interface, across hosts),
+        threads, state."""
+        rows = []
+        for r in range(self.world_size):
+            info = self.info[r] if r < len(self.info) and self.running else {}
+            address = f"{info['address']} ({info['ifname']})" if info.get("address") else "loopback"
+            rows.append({"rank": r, "engine": info.get("engine"), "pid": info.get("pid"),
+                         "host": info.get("host"), "address": address if info else None,
+                         "threads": info.get("threads"), "state": self.run_state.states[r]})
+        return rows
+
+
+@atexit.register
+def _stop_all_labs():
+    for lab in list(_running_labs):
+        try:
+            lab.stop()
+        except Exception:  # noqa: BLE001 - best effort at interpreter exit: the reaper ends what is left
+            log.debug("stopping a pool at exit failed", exc_info=True)

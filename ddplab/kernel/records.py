@@ -1,0 +1,44 @@
+"""lab.records: what the ranks recorded. The history of every ddplab.log point, pulled from the ranks
+exactly (the live view may skip points), and the timeline of each cell (spans of forward, backward,
+optimizer, data and comm on one clock, timeline.py), which arrives with the telemetry as the cell runs."""
+from ..shared.errors import BadRequest
+from ..shared.metrics import History
+
+
+class Records:
+    def __init__(self, lab):
+        self.lab = lab
+
+    def history(self):
+        """Every point every rank logged with ddplab.log, exactly (pulled from the ranks)."""
+        from ..rank import call
+
+        lab = self.lab
+        ranks = lab.check_ranks(None)
+        points = lab.view_on(ranks).apply_async(call, "history").get(timeout=lab.timeout)
+        return History.from_ranks(dict(zip(ranks, points)), lab.live.cell_of)
+
+    def timeline(self, cell=None):
+        """The Timeline of the last %%ddp cell (or of notebook cell `cell`)."""
+        lab = self.lab
+        timelines = lab.live.timelines
+        if not timelines:
+            raise BadRequest("no %%ddp cell has run yet: nothing on the timeline")
+        if cell is None:
+            cell = max(timelines)
+        if cell not in timelines:
+            raise BadRequest(f"no timeline for cell {cell}: the %%ddp cells with one are "
+                             f"{', '.join(map(str, sorted(timelines)))}")
+        return timelines[cell].timeline(lab.config.lang)
+
+    @property
+    def recording(self):
+        return self.lab.group.timeline if self.lab.group is not None else True
+
+    def record(self, on):
+        """Record the timeline in later cells (on), or not: once every rank has been told (ranks that
+        join later are told when they join); the ranks that have not said so in time."""
+        lab = self.lab
+        lab.check_running()
+        lab.group.timeline = bool(on)
+        return lab.command("timeline", on=bool(on))
