@@ -333,8 +333,9 @@ print(say(f"rank 0: with a 64 MiB tensor, rss moved {growth[0]:+.1f} MiB when it
           f"rank 0：有了一个 64 MiB 的张量，分配时 rss 变化 {growth[0]:+.1f} MiB，写满后变化 {growth[1]:+.1f} MiB："
           "rss 统计的是写过的页，而不是申请的字节数。"))
 after_del = [g[2] for g, *_ in found]                 # MiB above the start, after del, on each rank
-spread = say(f"on the {len(found)} ranks: {min(after_del):+.1f} to {max(after_del):+.1f} MiB",
-             f"{len(found)} 个 rank 上为 {min(after_del):+.1f} 到 {max(after_del):+.1f} MiB")
+lo, hi = f"{min(after_del):+.1f}", f"{max(after_del):+.1f}"
+spread = (say(f"{lo} MiB on each of the {len(found)} ranks", f"{len(found)} 个 rank 上都是 {lo} MiB") if lo == hi else
+          say(f"on the {len(found)} ranks: {lo} to {hi} MiB", f"{len(found)} 个 rank 上为 {lo} 到 {hi} MiB"))
 if max(abs(a) for a in after_del) < 8:
     print(say(f"After del, rss was back where it started, give or take what else the process allocated or freed "
               f"meanwhile ({spread}): a block this large came straight from the operating system and went straight back.",
