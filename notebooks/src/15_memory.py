@@ -152,7 +152,8 @@ print(say(f"{P:,} parameters in {T} tensors, {size} bytes each: {size * P / 1e6:
 # %%
 tl = %ddp_timeline
 held = {"SGD": tl.memory}
-tl.memory
+tl.memory.rename(columns=say({}, {"params": "参数 params", "grads": "梯度 grads", "buckets": "桶 buckets",
+                                  "optimizer": "优化器状态 optimizer"}))   # (in Chinese: the headers say both)
 
 # %% [markdown]
 # The same model (same seed) with momentum, then with Adam. After Adam's run each rank also keeps its
@@ -317,9 +318,9 @@ try:
     unique = me.memory_full_info().uss         # the pages no other process shares
 except (AttributeError, psutil.Error):
     unique = None
-print(say(f"64 MiB tensor: rss +{growth[0]:.1f} MiB when allocated, +{growth[1]:.1f} MiB once written, "
-          f"+{growth[2]:.1f} MiB after del",
-          f"64 MiB 的张量：分配后 rss 增加 {growth[0]:.1f} MiB，写满后增加 {growth[1]:.1f} MiB，del 之后为 {growth[2]:+.1f} MiB"))
+print(say(f"64 MiB tensor: rss {growth[0]:+.1f} MiB when allocated, {growth[1]:+.1f} MiB once written, "
+          f"{growth[2]:+.1f} MiB after del",
+          f"64 MiB 的张量：分配后 rss 变化 {growth[0]:+.1f} MiB，写满后 {growth[1]:+.1f} MiB，del 之后 {growth[2]:+.1f} MiB"))
 
 # %%
 tl = %ddp_timeline
@@ -327,19 +328,23 @@ now = tl.memory
 found = %ddp_gather (growth, split, files, unique)
 growth, split, files, unique = found[0]
 assert all(g[0] < 32 and g[1] > 60 for g, *_ in found), [g for g, *_ in found]   # pages count once written
-print(say(f"rank 0: a 64 MiB tensor added {growth[0]:.1f} MiB of rss when allocated and {growth[1]:.1f} MiB once "
-          "written: rss counts the pages written, not the bytes asked for.",
-          f"rank 0：64 MiB 的张量在分配时让 rss 增加 {growth[0]:.1f} MiB，写满后增加 {growth[1]:.1f} MiB：rss 统计的是"
-          "写过的页，而不是申请的字节数。"))
-if growth[2] < 8:
-    print(say(f"After del, rss was back within {growth[2]:.1f} MiB of where it started: a block this large came "
-              "straight from the operating system and went straight back.",
-              f"del 之后，rss 回到了与开始时相差 {growth[2]:.1f} MiB 以内：这么大的内存块是直接向操作系统要的，"
-              "释放时也直接还给了操作系统。"))
+print(say(f"rank 0: with a 64 MiB tensor, rss moved {growth[0]:+.1f} MiB when it was allocated and {growth[1]:+.1f} MiB "
+          "once it was written: rss counts the pages written, not the bytes asked for.",
+          f"rank 0：有了一个 64 MiB 的张量，分配时 rss 变化 {growth[0]:+.1f} MiB，写满后变化 {growth[1]:+.1f} MiB："
+          "rss 统计的是写过的页，而不是申请的字节数。"))
+after_del = [g[2] for g, *_ in found]                 # MiB above the start, after del, on each rank
+lo, hi = f"{min(after_del):+.1f}", f"{max(after_del):+.1f}"
+spread = (say(f"{lo} MiB on each of the {len(found)} ranks", f"{len(found)} 个 rank 上都是 {lo} MiB") if lo == hi else
+          say(f"on the {len(found)} ranks: {lo} to {hi} MiB", f"{len(found)} 个 rank 上为 {lo} 到 {hi} MiB"))
+if max(abs(a) for a in after_del) < 8:
+    print(say(f"After del, rss was back where it started, give or take what else the process allocated or freed "
+              f"meanwhile ({spread}): a block this large came straight from the operating system and went straight back.",
+              f"del 之后，rss 回到了开始时的水平，差别只在于这期间进程另外分配或释放的内存（{spread}）："
+              "这么大的内存块是直接向操作系统要的，释放时也直接还给了操作系统。"))
 else:
-    print(say(f"After del, rss stayed {growth[2]:.1f} MiB higher: the allocator kept the freed block for later "
+    print(say(f"After del, rss stayed higher on some rank ({spread}): the allocator kept the freed block for later "
               "tensors instead of giving it back to the operating system.",
-              f"del 之后，rss 仍然高出 {growth[2]:.1f} MiB：分配器把释放的内存块留给以后的张量，而没有还给操作系统。"))
+              f"del 之后，在某个 rank 上 rss 仍然更高（{spread}）：分配器把释放的内存块留给以后的张量，而没有还给操作系统。"))
 if files:
     print(say("largest files in rank 0's rss: ", "rank 0 的 rss 中占用最多的文件：")
           + say("; ", "；").join(say(f"{name} {r / 1e6:.0f} MB of its {size / 1e6:.0f} MB",

@@ -7,14 +7,14 @@
 # between steps (its quarter of DDP's parameters, gradients and Adam state, to the byte, plus what FSDP2's
 # padding and Adam's step counts add) and during a step (the block being computed, gathered whole, and on CPU a second copy of it). You find
 # each block's all-gathers and reduce-scatter on the timeline, see what prefetching does on CPU with gloo,
-# switch `reshard_after_forward` off to get ZeRO-2's trade, and measure what gloo's reduce-scatter really
-# costs.
+# switch `reshard_after_forward` off (FSDP1's `SHARD_GRAD_OP`: ZeRO-2's communication, not ZeRO-2's
+# memory), and measure what gloo's reduce-scatter really costs.
 #
 # **You will learn**
 # - how `fully_shard` on every block, then on the root, shards the parameters, gradients and Adam's state over a `DeviceMesh`, and why each rank then holds 16 bytes per parameter of its shard, plus padding and Adam's step counts
 # - what a rank holds during a step (the gathered block, twice on CPU, and the activations), measured against DDP
 # - each block's all-gathers (forward and backward) and reduce-scatter on the timeline, and what prefetching changes on CPU with gloo
-# - what `reshard_after_forward=False` (ZeRO-2) trades: fewer all-gathers for whole parameters held from forward to backward
+# - what `reshard_after_forward=False` (FSDP1's `SHARD_GRAD_OP`) trades: no all-gather in backward for whole parameters held from forward to backward, and why that is ZeRO-2's communication but not its memory
 # - why gloo's reduce-scatter costs a whole all-reduce, measured in bytes sent and in time
 #
 # **Study time:** about 50 minutes
@@ -22,27 +22,27 @@
 # **Needs:** nothing beyond ddplab and torch · 4 ranks
 #
 # **You will see:** each rank's parameters, gradients and Adam state under DDP and FSDP2 as stacked bars;
-# the memory a rank holds through one step under DDP, FSDP2 and ZeRO-2; one step's all-gathers and
+# the memory a rank holds through one step under DDP, FSDP2 and `SHARD_GRAD_OP`; one step's all-gathers and
 # reduce-scatters, block by block, on a timeline, and the forward with prefetching as FSDP2 does it, explicit
 # and asynchronous; and the bytes and time of gloo's all-reduce, reduce-scatter and all-gather.
 
 # %% [markdown] lang=zh
 # # 第 19 课 · 用 FSDP2 分片训练
 #
-# **简而言之**：第 15 课在纸面上算出了 ZeRO-3 把参数、梯度和优化器状态分片到各个 rank 上（而不是给每个 rank 各复制一份）能省下多少，但只实际运行了它的第一阶段。这一课用 PyTorch 的 FSDP2（`fully_shard`）在进程池上把它完整地跑起来。你将测量每个 rank 在两步之间持有多少（DDP 的参数、梯度和 Adam 状态中属于它的四分之一，精确到字节，再加上 FSDP2 的填充和 Adam 的步数计数），以及在一步之中持有多少（正在计算的那个块被完整地收集起来，在 CPU 上还多一份拷贝）。你将在时间线上找到每个块的 all-gather 和 reduce-scatter，看看预取在使用 gloo 的 CPU 上起什么作用，关掉 `reshard_after_forward` 得到 ZeRO-2 的取舍，并测量 gloo 的 reduce-scatter 实际的开销。
+# **简而言之**：第 15 课在纸面上算出了 ZeRO-3 把参数、梯度和优化器状态分片到各个 rank 上（而不是给每个 rank 各复制一份）能省下多少，但只实际运行了它的第一阶段。这一课用 PyTorch 的 FSDP2（`fully_shard`）在进程池上把它完整地跑起来。你将测量每个 rank 在两步之间持有多少（DDP 的参数、梯度和 Adam 状态中属于它的四分之一，精确到字节，再加上 FSDP2 的填充和 Adam 的步数计数），以及在一步之中持有多少（正在计算的那个块被完整地收集起来，在 CPU 上还多一份拷贝）。你将在时间线上找到每个块的 all-gather 和 reduce-scatter，看看预取在使用 gloo 的 CPU 上起什么作用，关掉 `reshard_after_forward`（即 FSDP1 的 `SHARD_GRAD_OP`：ZeRO-2 的通信方式，而不是 ZeRO-2 的内存），并测量 gloo 的 reduce-scatter 实际的开销。
 #
 # **你将学到**
 # - 先对每个块、再对根模块调用 `fully_shard`，如何在一个 `DeviceMesh` 上把参数、梯度和 Adam 的状态分片，以及为什么每个 rank 随后为自己那一份的每个参数持有 16 字节，外加填充和 Adam 的步数计数
 # - 一个 rank 在一步之中持有什么（收集起来的块，在 CPU 上有两份，以及激活值），并与 DDP 对比实测
 # - 时间线上每个块的 all-gather（前向和反向各一次）和 reduce-scatter，以及预取在使用 gloo 的 CPU 上改变了什么
-# - `reshard_after_forward=False`（ZeRO-2）的取舍：少做 all-gather，代价是从前向到反向一直持有完整的参数
+# - `reshard_after_forward=False`（FSDP1 的 `SHARD_GRAD_OP`）的取舍：反向中不做 all-gather，代价是从前向到反向一直持有完整的参数；以及为什么这是 ZeRO-2 的通信方式，却不是它的内存
 # - 为什么 gloo 的 reduce-scatter 要花掉一次完整 all-reduce 的开销，用发送的字节数和耗时来测量
 #
 # **学习时间**：约 50 分钟
 #
 # **需要**：除 ddplab 和 torch 外无需其他 · 4 个 rank
 #
-# **你将看到**：DDP 和 FSDP2 下每个 rank 的参数、梯度和 Adam 状态（堆叠柱状图）；DDP、FSDP2 和 ZeRO-2 下一个 rank 在一步之中持有的内存；时间线上一步之中逐块的 all-gather 和 reduce-scatter，以及 FSDP2 默认的预取、显式预取和异步预取下的前向；以及 gloo 的 all-reduce、reduce-scatter 和 all-gather 发送的字节数和耗时。
+# **你将看到**：DDP 和 FSDP2 下每个 rank 的参数、梯度和 Adam 状态（堆叠柱状图）；DDP、FSDP2 和 `SHARD_GRAD_OP` 下一个 rank 在一步之中持有的内存；时间线上一步之中逐块的 all-gather 和 reduce-scatter，以及 FSDP2 默认的预取、显式预取和异步预取下的前向；以及 gloo 的 all-reduce、reduce-scatter 和 all-gather 发送的字节数和耗时。
 
 # %%
 %load_ext ddplab
@@ -309,7 +309,8 @@ ddp = tl.memory
 ddp_run = %ddp_gather (watch.samples, watch.sent, heap is not None)
 sizes = %ddp_gather (P, T, WIDTH, LAYERS, CLASSES, STEPS)
 P, T, WIDTH, LAYERS, CLASSES, STEPS = sizes[0]
-ddp
+ddp.rename(columns=say({}, {"params": "参数 params", "grads": "梯度 grads", "buckets": "桶 buckets",
+                            "optimizer": "优化器状态 optimizer"}))   # (in Chinese: the headers say both)
 
 # %% [markdown]
 # Now the same model under FSDP2. `fully_shard(module, mesh=mesh)` makes the module a *unit*: its
@@ -442,11 +443,14 @@ for s in fsdp_run[0][0]:                             # FSDP2: one block (and the
         assert whole_now == block_bytes + head_bytes, s
     elif where in ("between", "forward", "backward"):
         assert whole_now == head_bytes, s
+    else:                                            # the step's start, after zero_grad(), its end: the root too
+        assert whole_now == 0, s                     # was resharded, after backward
 assert all(s[3] == 4 * P for s in ddp_run[0][0])     # DDP: the whole model, always
 print(say(f"whole parameters at once: DDP {4 * P / 1e6:.2f} MB; FSDP2 at most {(block_bytes + head_bytes) / 1e6:.2f} MB "
-          f"(one block and the head), and between forward and backward only the head's {head_bytes / 1e3:.1f} kB",
+          f"(one block and the head), between forward and backward only the head's {head_bytes / 1e3:.1f} kB, and "
+          "none from the end of backward to the next forward",
           f"同时完整存在的参数：DDP {4 * P / 1e6:.2f} MB；FSDP2 最多 {(block_bytes + head_bytes) / 1e6:.2f} MB（一个块和输出头），"
-          f"在前向和反向之间只有输出头的 {head_bytes / 1e3:.1f} kB"))
+          f"在前向和反向之间只有输出头的 {head_bytes / 1e3:.1f} kB，从反向结束到下一次前向则一个也没有"))
 series_whole, series_held = {}, {}
 for name, run, frame in (("DDP", ddp_run, ddp), ("FSDP2", fsdp_run, fsdp)):
     series_whole[name], series_held[name] = through_step(run[0][0], frame, 0)
@@ -491,8 +495,10 @@ step_picture([(titles[0], series_whole), *([(titles[1], series_held)] if has_hea
 
 # %% [markdown]
 # Each block's whole parameters exist only between its all-gather and its reshard: the left panel steps
-# from block to block at the height of one block and the head (the root's parameters stay whole for the
-# whole step, see part 2). What a rank holds during a step is its shards, plus a block or two in flight,
+# from block to block at the height of one block and the head. The root's parameters (the head's) are
+# gathered first in forward and stay whole through backward, which needs them first (part 3 says why);
+# FSDP2 reshards them after backward, like the blocks', so from the end of backward to the next forward
+# no parameter is whole (the check above). What a rank holds during a step is its shards, plus a block or two in flight,
 # plus the activations, which FSDP2 does not shard at all: every rank keeps the activations of its own batch,
 # as under DDP (lesson 21 trades them for recomputation).
 #
@@ -503,7 +509,7 @@ step_picture([(titles[0], series_whole), *([(titles[1], series_held)] if has_hea
 # a fraction of DDP's, but not 1/N of it.
 
 # %% [markdown] lang=zh
-# 每个块的完整参数只存在于它的 all-gather 和它的重新分片之间：左图逐块地跳动，高度是一个块加上输出头（根模块的参数在整步中一直是完整的，见第 2 部分）。一个 rank 在一步之中持有的，是它的分片，加上正在使用的一两个块，再加上激活值，而 FSDP2 根本不分片激活值：每个 rank 都保留自己批次的激活值，和 DDP 一样（第 21 课用重新计算来换掉它们）。
+# 每个块的完整参数只存在于它的 all-gather 和它的重新分片之间：左图逐块地跳动，高度是一个块加上输出头。根模块的参数（输出头的参数）在前向中最先被收集，并一直完整地保留到反向，因为反向最先用到它们（原因见第 3 部分）；反向之后，FSDP2 像对各个块一样把它们重新分片，所以从反向结束到下一次前向，没有任何参数是完整的（见上面的检查）。一个 rank 在一步之中持有的，是它的分片，加上正在使用的一两个块，再加上激活值，而 FSDP2 根本不分片激活值：每个 rank 都保留自己批次的激活值，和 DDP 一样（第 21 课用重新计算来换掉它们）。
 #
 # **常见说法 / 实际情况。** 一种常见的说法是：FSDP 把一个 rank 的内存减少到原来的 1/N。实际情况是：它把*模型状态*减少到 1/N，几乎分毫不差（见上面的柱状图：除去填充和 Adam 的步数计数）。在一步之中，这个 rank 还持有收集起来的块（在 CPU 上是两份：见上面的输出）以及它全部的激活值，而激活值完全不会随 rank 数增加而减少。上面打印的峰值是 DDP 的一小部分，但不是它的 1/N。
 
@@ -614,7 +620,9 @@ tl_fsdp
 # block's all-gather is issued while the current block still computes ("implicit prefetching"). On CPU none
 # of that exists: `torch.cpu.Stream` does nothing, every operation runs when it is called, on the calling
 # thread, and `dist.all_gather_single(..., async_op=False)`, which FSDP2 calls, returns only once the
-# all-gather is done. So the backward prefetching you just found changes the *order*, and nothing overlaps.
+# all-gather is done. FSDP2 makes the same call in backward, so the backward prefetching you just found can
+# change only the *order*: while a blocking all-gather runs, the rank's thread computes nothing. (The cells
+# below time this in the forward; backward's blocks are not timed in this lesson.)
 #
 # Two ways to ask for more, each in a cell of its own:
 #
@@ -630,7 +638,7 @@ tl_fsdp
 # %% [markdown] lang=zh
 # ### CPU 上的预取
 #
-# 在 GPU 上，FSDP2 借助 CUDA 流让 all-gather 与计算重叠：all-gather 在它自己的流上运行，而 CPU 线程只负责把内核*排进队列*，早已走到了下一个块，所以在当前块还在计算的时候，下一个块的 all-gather 就已经发出（“隐式预取”）。在 CPU 上这些都不存在：`torch.cpu.Stream` 什么也不做，每个操作在被调用时就在调用它的线程上运行，而 FSDP2 调用的 `dist.all_gather_single(..., async_op=False)` 要等 all-gather 完成才返回。所以你刚刚找到的反向预取只改变了*顺序*，没有任何东西重叠。
+# 在 GPU 上，FSDP2 借助 CUDA 流让 all-gather 与计算重叠：all-gather 在它自己的流上运行，而 CPU 线程只负责把内核*排进队列*，早已走到了下一个块，所以在当前块还在计算的时候，下一个块的 all-gather 就已经发出（“隐式预取”）。在 CPU 上这些都不存在：`torch.cpu.Stream` 什么也不做，每个操作在被调用时就在调用它的线程上运行，而 FSDP2 调用的 `dist.all_gather_single(..., async_op=False)` 要等 all-gather 完成才返回。FSDP2 在反向中做的是同样的调用，所以你刚刚找到的反向预取只能改变*顺序*：阻塞的 all-gather 运行时，rank 的线程什么也不计算。（下面的单元格在前向中测量这一点；本课不测量反向中各块的时间。）
 #
 # 想要更多，有两种办法，各用一个单元格：
 #
@@ -740,27 +748,35 @@ lanes(panels, say("Rank 0's forward, last step: when the blocks compute and when
 # **A common claim / what actually happens.** A common claim: FSDP's prefetching hides the all-gathers
 # behind the compute. What actually happens: it hides them only where something runs them beside the
 # compute. On a GPU that is a CUDA stream. On this CPU pool, FSDP2 as it is and explicit prefetching both
-# gather while the rank's thread waits (the overlap printed above is zero); only an asynchronous all-gather,
+# gather while the rank's thread waits in forward (the overlap printed above is next to nothing: under 2% of
+# the all-gathers' time, as the check asserts); only an asynchronous all-gather,
 # run by gloo's own thread, was in flight while a block computed, and what that saves depends on a free core
 # to run it.
 
 # %% [markdown] lang=zh
-# **常见说法 / 实际情况。** 一种常见的说法是：FSDP 的预取把 all-gather 藏在了计算后面。实际情况是：只有当有东西在计算的同时运行 all-gather 时，才能藏得住。在 GPU 上，这个东西是 CUDA 流。在这个 CPU 进程池上，FSDP2 原样运行和显式预取时，all-gather 都是在 rank 的线程等待时进行的（上面打印的重叠时间为零）；只有异步 all-gather 由 gloo 自己的线程运行，在块计算时仍在进行，而它能省下多少，取决于有没有空闲的 CPU 核心来运行它。
+# **常见说法 / 实际情况。** 一种常见的说法是：FSDP 的预取把 all-gather 藏在了计算后面。实际情况是：只有当有东西在计算的同时运行 all-gather 时，才能藏得住。在 GPU 上，这个东西是 CUDA 流。在这个 CPU 进程池上，FSDP2 原样运行和显式预取时，前向中的 all-gather 都是在 rank 的线程等待时进行的（上面打印的重叠时间几乎为零：不到 all-gather 耗时的 2%，这是检查所断言的）；只有异步 all-gather 由 gloo 自己的线程运行，在块计算时仍在进行，而它能省下多少，取决于有没有空闲的 CPU 核心来运行它。
 
 # %% [markdown]
-# ## 3. `reshard_after_forward=False`: ZeRO-2's trade
+# ## 3. `reshard_after_forward=False`: ZeRO-2's communication, not its memory
 #
 # After a block's forward, FSDP2 reshards it: it frees the whole parameters and must all-gather them again in
 # backward. With `reshard_after_forward=False` it keeps them whole from the forward to the backward of the
-# block (and reshards after backward, so between steps the rank still holds only shards). That is what ZeRO-2
-# does: the gradients and the optimizer state are sharded, the parameters are whole during the step. It saves
-# one all-gather per block per step, and costs the whole model's parameters held between forward and
-# backward.
+# block, and reshards after backward, so between steps the rank still holds only shards. FSDP1 called this
+# strategy `ShardingStrategy.SHARD_GRAD_OP`, and this lesson uses that name for it. It saves one all-gather
+# per block per step, and costs the whole model's parameters held between forward and backward.
+#
+# It is often called ZeRO-2, which is half true. Its communication is ZeRO-2's: per step one all-gather of
+# the parameters and one reduce-scatter of the gradients, 2Ψ on a ring, as much as DDP's all-reduce (lesson
+# 15). Its memory is not: ZeRO-2, as the ZeRO paper and lesson 15 count it, keeps every parameter whole on
+# every rank all the time, p + (g + s)/N per rank; `SHARD_GRAD_OP` keeps only shards between steps, FSDP2's
+# (p + g + s)/N, and whole parameters only from forward to backward. The cell below measures both.
 
 # %% [markdown] lang=zh
-# ## 3. `reshard_after_forward=False`：ZeRO-2 的取舍
+# ## 3. `reshard_after_forward=False`：ZeRO-2 的通信方式，而不是它的内存
 #
-# 一个块的前向结束后，FSDP2 会把它重新分片：释放完整的参数，到反向时再 all-gather 一次。使用 `reshard_after_forward=False` 时，它从这个块的前向到反向一直保留完整的参数（反向之后再重新分片，所以在两步之间 rank 仍然只持有分片）。这正是 ZeRO-2 的做法：梯度和优化器状态是分片的，而参数在一步之中是完整的。它为每个块每一步省下一次 all-gather，代价是在前向和反向之间持有整个模型的参数。
+# 一个块的前向结束后，FSDP2 会把它重新分片：释放完整的参数，到反向时再 all-gather 一次。使用 `reshard_after_forward=False` 时，它从这个块的前向到反向一直保留完整的参数，反向之后再重新分片，所以在两步之间 rank 仍然只持有分片。FSDP1 把这种策略叫作 `ShardingStrategy.SHARD_GRAD_OP`，本课也用这个名字称呼它。它为每个块每一步省下一次 all-gather，代价是在前向和反向之间持有整个模型的参数。
+#
+# 人们常把它叫作 ZeRO-2，这只说对了一半。它的通信方式是 ZeRO-2 的：每一步对参数做一次 all-gather，对梯度做一次 reduce-scatter，在环上共 2Ψ，与 DDP 的 all-reduce 一样多（第 15 课）。它的内存却不是：按 ZeRO 论文和第 15 课的算法，ZeRO-2 让每个 rank 始终持有全部完整的参数，每个 rank p + (g + s)/N；而 `SHARD_GRAD_OP` 在两步之间只持有分片，即 FSDP2 的 (p + g + s)/N，只在前向到反向之间持有完整的参数。下面的单元格把两者都测量出来。
 
 # %%
 %%ddp
@@ -769,28 +785,38 @@ opt = torch.optim.Adam(model.parameters(), lr=1e-3)
 watch = train(model, opt)
 
 # %%
-tl_zero2 = %ddp_timeline
-zero2 = tl_zero2.memory
-zero2_run = %ddp_gather (watch.samples, watch.sent, watch.compute, watch.starts)
-found2, (fwd2, bwd2, rs2) = count(tl_zero2)
+tl_sgo = %ddp_timeline
+sgo = tl_sgo.memory
+sgo_run = %ddp_gather (watch.samples, watch.sent, watch.compute, watch.starts)
+SGO = "SHARD_GRAD_OP"                                # FSDP1's name for reshard_after_forward=False
+found2, (fwd2, bwd2, rs2) = count(tl_sgo)
 assert (fwd2, bwd2, rs2) == (LAYERS + 1, 0, LAYERS + 1), (fwd2, bwd2, rs2)   # no all-gather in backward
-assert (zero2[["params", "grads", "optimizer"]].values == fsdp[["params", "grads", "optimizer"]].values).all()
+assert (sgo[["params", "grads", "optimizer"]].values == fsdp[["params", "grads", "optimizer"]].values).all()
 between = {name: [s[3] for s in run[0][0] if s[1] == "between"] for name, run in
-           (("DDP", ddp_run), ("FSDP2", fsdp_run), ("ZeRO-2", zero2_run))}
-assert set(between["ZeRO-2"]) == {4 * P} and set(between["FSDP2"]) == {head_bytes}
+           (("DDP", ddp_run), ("FSDP2", fsdp_run), (SGO, sgo_run))}
+assert set(between[SGO]) == {4 * P} and set(between["FSDP2"]) == {head_bytes}
+assert all(s[3] == 0 for s in sgo_run[0][0] if s[1] in ("start", "zeroed", "end"))   # between steps: no whole parameter
+states = {"DDP": d.params + d.grads + d.optimizer, SGO: float(sgo.iloc[0][["params", "grads", "optimizer"]].sum()),
+          "ZeRO-2": d.params + (d.grads + d.optimizer) / N}                        # lesson 15's count
+assert states["ZeRO-2"] - states[SGO] > 0.5 * d.params, states      # ZeRO-2 would keep the parameters whole: (N−1)/N more
 print(say(f"all-gathers per step: {fwd + bwd} with FSDP2 ({fwd} in forward, {bwd} in backward), {fwd2 + bwd2} with "
-          f"reshard_after_forward=False ({fwd2} and {bwd2}); reduce-scatters: {rs} and {rs2}",
-          f"每步 all-gather 次数：FSDP2 {fwd + bwd} 次（前向 {fwd} 次，反向 {bwd} 次），reshard_after_forward=False 时 "
-          f"{fwd2 + bwd2} 次（{fwd2} 次和 {bwd2} 次）；reduce-scatter：{rs} 次和 {rs2} 次"))
+          f"{SGO} ({fwd2} and {bwd2}); reduce-scatters: {rs} and {rs2}",
+          f"每步 all-gather 次数：FSDP2 {fwd + bwd} 次（前向 {fwd} 次，反向 {bwd} 次），{SGO} {fwd2 + bwd2} 次"
+          f"（{fwd2} 次和 {bwd2} 次）；reduce-scatter：{rs} 次和 {rs2} 次"))
 print(say(f"whole parameters between forward and backward: DDP {between['DDP'][0] / 1e6:.2f} MB, FSDP2 "
-          f"{between['FSDP2'][0] / 1e6:.2f} MB, ZeRO-2 {between['ZeRO-2'][0] / 1e6:.2f} MB; between steps FSDP2 and "
-          f"ZeRO-2 hold the same shards",
+          f"{between['FSDP2'][0] / 1e6:.2f} MB, {SGO} {between[SGO][0] / 1e6:.2f} MB; between steps {SGO} holds none",
           f"前向和反向之间完整的参数：DDP {between['DDP'][0] / 1e6:.2f} MB，FSDP2 {between['FSDP2'][0] / 1e6:.2f} MB，"
-          f"ZeRO-2 {between['ZeRO-2'][0] / 1e6:.2f} MB；在两步之间，FSDP2 和 ZeRO-2 持有同样的分片"))
-series_whole["ZeRO-2"], series_held["ZeRO-2"] = through_step(zero2_run[0][0], zero2, 0)
+          f"{SGO} {between[SGO][0] / 1e6:.2f} MB；在两步之间，{SGO} 一个也不持有"))
+print(say(f"model states rank 0 holds between steps: DDP {states['DDP'] / 1e6:.2f} MB; {SGO} {states[SGO] / 1e6:.2f} MB, "
+          f"the same shards as FSDP2; ZeRO-2 as lesson 15 counts it, p + (g + s)/N, would hold {states['ZeRO-2'] / 1e6:.2f} MB, "
+          "all the parameters whole",
+          f"rank 0 在两步之间持有的模型状态：DDP {states['DDP'] / 1e6:.2f} MB；{SGO} {states[SGO] / 1e6:.2f} MB，"
+          f"与 FSDP2 的分片相同；按第 15 课的算法，ZeRO-2 是 p + (g + s)/N，会持有 {states['ZeRO-2'] / 1e6:.2f} MB，"
+          "其中全部参数都是完整的"))
+series_whole[SGO], series_held[SGO] = through_step(sgo_run[0][0], sgo, 0)
 if has_heap:
-    peaks["ZeRO-2"] = [peak(zero2_run[r][0], zero2, r) for r in range(N)]
-    assert all(f < z < d_ for f, z, d_ in zip(peaks["FSDP2"], peaks["ZeRO-2"], peaks["DDP"])), peaks
+    peaks[SGO] = [peak(sgo_run[r][0], sgo, r) for r in range(N)]
+    assert all(f < z < d_ for f, z, d_ in zip(peaks["FSDP2"], peaks[SGO], peaks["DDP"])), peaks
     print(say("at most held during a step, rank 0: " + ", ".join(f"{k} {v[0] / 1e6:.2f} MB" for k, v in peaks.items()),
               "一步之中最多持有，rank 0：" + "，".join(f"{k} {v[0] / 1e6:.2f} MB" for k, v in peaks.items())))
 step_picture([(titles[0], series_whole), *([(titles[1], series_held)] if has_heap else [])], marks)
@@ -798,7 +824,10 @@ step_picture([(titles[0], series_whole), *([(titles[1], series_held)] if has_hea
 # %% [markdown]
 # With `reshard_after_forward=False` the whole parameters pile up block by block through the forward, reach
 # DDP's whole model between forward and backward, and are freed block by block in backward. The peak sits
-# between FSDP2's and DDP's: the gradients and Adam's state stay sharded.
+# between FSDP2's and DDP's: the gradients and Adam's state stay sharded. Between steps it holds FSDP2's
+# shards, far less than ZeRO-2's p + (g + s)/N (printed above), whose parameters stay whole. So
+# `SHARD_GRAD_OP` communicates as ZeRO-2 does and, between steps, holds what ZeRO-3 holds; its trade is the
+# whole parameters from forward to backward.
 #
 # `reshard_after_forward` also takes an integer: reshard after forward to a smaller group of ranks (for
 # example the GPUs of one machine), so that backward's all-gather runs there. And the root is not resharded
@@ -806,16 +835,20 @@ step_picture([(titles[0], series_whole), *([(titles[1], series_held)] if has_hea
 # in forward in part 2.
 
 # %% [markdown] lang=zh
-# 使用 `reshard_after_forward=False` 时，完整的参数在前向中逐块累积，在前向和反向之间达到 DDP 的整个模型，再在反向中逐块释放。峰值介于 FSDP2 和 DDP 之间：梯度和 Adam 的状态仍然是分片的。
+# 使用 `reshard_after_forward=False` 时，完整的参数在前向中逐块累积，在前向和反向之间达到 DDP 的整个模型，再在反向中逐块释放。峰值介于 FSDP2 和 DDP 之间：梯度和 Adam 的状态仍然是分片的。在两步之间，它持有的是 FSDP2 的分片，远少于 ZeRO-2 的 p + (g + s)/N（见上面的输出），因为 ZeRO-2 的参数始终是完整的。所以 `SHARD_GRAD_OP` 的通信方式与 ZeRO-2 相同，而在两步之间持有的与 ZeRO-3 相同；它的取舍是从前向到反向持有完整的参数。
 #
 # `reshard_after_forward` 也可以是一个整数：前向之后重新分片到一个更小的 rank 组（例如同一台机器上的各个 GPU），让反向的 all-gather 在组内进行。另外，根模块默认在前向之后不重新分片，因为反向最先用到它：这就是为什么在第 2 部分中，输出头的 all-gather 只出现在前向中。
 
 # %% [markdown]
 # ## 4. What gloo's reduce-scatter costs
 #
-# A reduce-scatter leaves each rank the sum, over the ranks, of one N-th of a tensor. As a ring it is the
-# first half of a ring all-reduce (lesson 12): each rank sends (N−1)/N of the tensor, half of the all-reduce's
-# 2(N−1)/N. That is the reason ZeRO-2 and FSDP reduce-scatter the gradients instead of all-reducing them.
+# A reduce-scatter leaves each rank the sum, over the ranks, of one N-th of a tensor. That is why ZeRO-2 and
+# FSDP reduce-scatter the gradients instead of all-reducing them: each rank updates only the shard of the
+# parameters it owns, with its own shard of Adam's state, so it needs the summed gradients of that shard and
+# nothing more. The gradients stay sharded, and so does the optimizer state; an all-reduce would hand every
+# rank the whole summed gradient, all but 1/N of it of no use to it. As a ring, a reduce-scatter is also
+# the first half of a ring all-reduce (lesson 12): each rank sends (N−1)/N of the tensor, half of the
+# all-reduce's 2(N−1)/N.
 #
 # Read how gloo does it in torch 2.13 (`ProcessGroupGloo::reduce_scatter_tensor_coalesced` in torch's
 # `ProcessGroupGloo.cpp`): it clones the whole input, **all-reduces the whole clone**, and copies out this
@@ -826,7 +859,7 @@ step_picture([(titles[0], series_whole), *([(titles[1], series_held)] if has_hea
 # %% [markdown] lang=zh
 # ## 4. gloo 的 reduce-scatter 的开销
 #
-# reduce-scatter 让每个 rank 得到一个张量的 N 分之一在各 rank 上的和。用环来实现时，它就是环形 all-reduce 的前一半（第 12 课）：每个 rank 发送张量的 (N−1)/N，是 all-reduce 的 2(N−1)/N 的一半。正因为如此，ZeRO-2 和 FSDP 对梯度做 reduce-scatter，而不是 all-reduce。
+# reduce-scatter 让每个 rank 得到一个张量的 N 分之一在各 rank 上的和。这就是 ZeRO-2 和 FSDP 对梯度做 reduce-scatter 而不是 all-reduce 的原因：每个 rank 只更新它拥有的那一份参数，用的是它自己那一份 Adam 状态，所以它需要的只是那一份的梯度之和，别的都不需要。梯度保持分片，优化器状态也一样；all-reduce 会把整个求和后的梯度交给每个 rank，而其中除了 1/N 以外对它都没有用。用环来实现时，reduce-scatter 还恰好是环形 all-reduce 的前一半（第 12 课）：每个 rank 发送张量的 (N−1)/N，是 all-reduce 的 2(N−1)/N 的一半。
 #
 # 看看 torch 2.13 中 gloo 是怎么做的（torch 的 `ProcessGroupGloo.cpp` 中的 `ProcessGroupGloo::reduce_scatter_tensor_coalesced`）：它复制整个输入，**对整个副本做 all-reduce**，再拷出属于这个 rank 的那 N 分之一。来测量一下：每个 rank 写出的字节数（`written()`，即 Linux 统计的这个进程写出的字节数，包括 gloo 的套接字）和耗时（`median_seconds`），分别针对 all-reduce、对同样输入做的 reduce-scatter，以及对同样输出做的 all-gather，取三种大小。
 
@@ -870,24 +903,24 @@ if wrote:
             assert abs(per_rank["all-reduce", b][0] - 2 * (N - 1) / N * b) < slack
             assert abs(per_rank["reduce-scatter", b][0] - 2 * (N - 1) / N * b) < slack     # as much as an all-reduce
             assert abs(per_rank["all-gather", b][0] - (N - 1) / N * b) < slack
-    step_sent = {name: run[0][1][LAST] for name, run in (("DDP", ddp_run), ("FSDP2", fsdp_run), ("ZeRO-2", zero2_run))}
+    step_sent = {name: run[0][1][LAST] for name, run in (("DDP", ddp_run), ("FSDP2", fsdp_run), (SGO, sgo_run))}
     all_units = sum(padded.values())
     expect = {"DDP": 2 * (N - 1) / N * 4 * P,
               "FSDP2": (N - 1) / N * (all_units + (all_units - padded[""])) + 2 * (N - 1) / N * all_units,
-              "ZeRO-2": (N - 1) / N * all_units + 2 * (N - 1) / N * all_units}
+              SGO: (N - 1) / N * all_units + 2 * (N - 1) / N * all_units}
     for name, sent in step_sent.items():
         assert abs(sent - expect[name]) < 0.01 * expect[name], (name, sent, expect[name])
     one, two = (N - 1) / N, 2 * (N - 1) / N          # a ring's share of the tensor: all-gather, all-reduce
     print(say(f"per training step, rank 0 wrote: DDP {step_sent['DDP'] / 1e6:.2f} MB (its all-reduce: {two:g} × "
               f"{4 * P / 1e6:.2f} MB); FSDP2 {step_sent['FSDP2'] / 1e6:.2f} MB (all-gathers in forward {one:g} × "
               f"{all_units / 1e6:.2f} MB, in backward {one:g} × {(all_units - padded['']) / 1e6:.2f} MB, reduce-scatters "
-              f"{two:g} × {all_units / 1e6:.2f} MB), {step_sent['FSDP2'] / step_sent['DDP']:.2f} times DDP's; ZeRO-2 "
-              f"{step_sent['ZeRO-2'] / 1e6:.2f} MB, {step_sent['ZeRO-2'] / step_sent['DDP']:.2f} times DDP's",
+              f"{two:g} × {all_units / 1e6:.2f} MB), {step_sent['FSDP2'] / step_sent['DDP']:.2f} times DDP's; {SGO} "
+              f"{step_sent[SGO] / 1e6:.2f} MB, {step_sent[SGO] / step_sent['DDP']:.2f} times DDP's",
               f"每个训练步中 rank 0 写出：DDP {step_sent['DDP'] / 1e6:.2f} MB（它的 all-reduce：{two:g} × {4 * P / 1e6:.2f} MB）；"
               f"FSDP2 {step_sent['FSDP2'] / 1e6:.2f} MB（前向 all-gather {one:g} × {all_units / 1e6:.2f} MB，反向 all-gather "
               f"{one:g} × {(all_units - padded['']) / 1e6:.2f} MB，reduce-scatter {two:g} × {all_units / 1e6:.2f} MB），"
-              f"是 DDP 的 {step_sent['FSDP2'] / step_sent['DDP']:.2f} 倍；ZeRO-2 {step_sent['ZeRO-2'] / 1e6:.2f} MB，"
-              f"是 DDP 的 {step_sent['ZeRO-2'] / step_sent['DDP']:.2f} 倍"))
+              f"是 DDP 的 {step_sent['FSDP2'] / step_sent['DDP']:.2f} 倍；{SGO} {step_sent[SGO] / 1e6:.2f} MB，"
+              f"是 DDP 的 {step_sent[SGO] / step_sent['DDP']:.2f} 倍"))
 else:
     print(say("This system has no /proc/self/io: only the times are measured.",
               "这个系统没有 /proc/self/io：只测量耗时。"))
@@ -921,7 +954,8 @@ if wrote:
 # On gloo, FSDP2 pays for its reduce-scatters what DDP pays for its all-reduce, and the all-gathers come on
 # top (the ratios printed above). With NCCL, whose reduce-scatter is a real ring, an FSDP step sends 1.5 times
 # DDP's bytes: two all-gathers and a reduce-scatter of (N−1)/N each, against the all-reduce's 2(N−1)/N; and
-# ZeRO-2, without the backward all-gathers, sends what DDP sends. Sharding is paid for in communication; it
+# `SHARD_GRAD_OP`, without the backward all-gathers, sends what DDP sends, as ZeRO-2 does. Sharding is paid
+# for in communication; it
 # pays off where memory, not bandwidth, is what runs out.
 #
 # **A common claim / what actually happens.** A common claim: a reduce-scatter costs half an all-reduce.
@@ -935,7 +969,7 @@ if wrote:
 # checkpoint without gathering it on one rank.
 
 # %% [markdown] lang=zh
-# 在 gloo 上，FSDP2 为它的 reduce-scatter 付出的，就是 DDP 为它的 all-reduce 付出的，all-gather 还要另算（比值见上面的输出）。使用 NCCL 时，它的 reduce-scatter 是真正的环，FSDP 的一步发送的字节数是 DDP 的 1.5 倍：两次 all-gather 和一次 reduce-scatter 各发送 (N−1)/N，对比 all-reduce 的 2(N−1)/N；而 ZeRO-2 没有反向的 all-gather，发送的字节数与 DDP 相同。分片的代价用通信来付；在内存而不是带宽先耗尽的地方，它才划算。
+# 在 gloo 上，FSDP2 为它的 reduce-scatter 付出的，就是 DDP 为它的 all-reduce 付出的，all-gather 还要另算（比值见上面的输出）。使用 NCCL 时，它的 reduce-scatter 是真正的环，FSDP 的一步发送的字节数是 DDP 的 1.5 倍：两次 all-gather 和一次 reduce-scatter 各发送 (N−1)/N，对比 all-reduce 的 2(N−1)/N；而 `SHARD_GRAD_OP` 没有反向的 all-gather，发送的字节数与 DDP 相同，和 ZeRO-2 一样。分片的代价用通信来付；在内存而不是带宽先耗尽的地方，它才划算。
 #
 # **常见说法 / 实际情况。** 一种常见的说法是：一次 reduce-scatter 的开销是 all-reduce 的一半。实际情况是：这对环形算法成立，NCCL 就是这样运行的；而这个版本 torch 中的 gloo 运行一次完整的 all-reduce，然后只保留其中一片，所以每个 rank 为 reduce-scatter 写出的字节数与 all-reduce 完全相同（见上面的输出）；与之一起打印的耗时，说明了这在本机上的代价。
 #
@@ -974,46 +1008,54 @@ answer = ...    # MB each rank sends per step, 8 ranks, a ring reduce-scatter
 check("19.2", answer, width=510, layers=8, classes=10, ranks=8)
 
 # %% [markdown]
-# **19.3** In part 2, FSDP2 as it is gathered block k−1 in backward before reducing block k's gradients.
-# On this CPU pool, what did that all-gather run alongside? Write one letter.
+# **19.3** In part 2's backward, FSDP2 as it is gathered block k−1 before reducing block k's gradients (the
+# order the check found). The lesson timed the overlap in the forward only; in backward FSDP2 gathers with the
+# same call, `unshard()` with `async_op=False`. From that call and the forward's measurement: on this CPU
+# pool, what can that backward all-gather run alongside? Write one letter.
 #
 # - (a) the computation of block k's gradients, on a CUDA-like stream of the CPU
-# - (b) block k's reduce-scatter, which gloo ran on the same thread
+# - (b) block k's reduce-scatter, which gloo runs on the same thread
 # - (c) the optimizer step of the blocks already reduced
-# - (d) nothing: the rank's thread waited for it before computing block k's gradients
+# - (d) nothing of the rank's own work: the call returns once the all-gather is done, and only then does the
+#   rank's thread go on
 
 # %% [markdown] lang=zh
-# **19.3** 在第 2 部分中，原样运行的 FSDP2 在反向里先收集块 k−1，再对块 k 的梯度做 reduce-scatter。在这个 CPU 进程池上，这次 all-gather 与什么同时进行？请写一个字母。
+# **19.3** 在第 2 部分的反向中，原样运行的 FSDP2 先收集块 k−1，再对块 k 的梯度做 reduce-scatter（检查找到的就是这个顺序）。本课只在前向中测量了重叠；在反向中，FSDP2 用同样的调用来收集，即 `async_op=False` 的 `unshard()`。根据这个调用和前向中的测量：在这个 CPU 进程池上，反向中的这次 all-gather 能与什么同时进行？请写一个字母。
 #
 # - (a) 块 k 的梯度计算，在 CPU 上一个类似 CUDA 流的流中进行
 # - (b) 块 k 的 reduce-scatter，gloo 在同一个线程上运行它
 # - (c) 已经做完 reduce-scatter 的那些块的优化器更新
-# - (d) 什么也没有：rank 的线程等它完成，之后才计算块 k 的梯度
+# - (d) rank 自己的工作一样也没有：这个调用要等 all-gather 完成才返回，之后 rank 的线程才继续
 
 # %%
 answer = ...    # a, b, c or d
 check("19.3", answer, overlap_ms=1e3 * prefetch[names[0]][0])
 
 # %% [markdown]
-# **19.4** What does `reshard_after_forward=False` change, compared with FSDP2's default, in part 3's
-# measurements? Write one letter.
+# **19.4** Which of these did part 3 measure for `reshard_after_forward=False`, compared with FSDP2's
+# default? Write one letter.
 #
-# - (a) no all-gather in backward, and every block's whole parameters held from its forward to its backward
-# - (b) no reduce-scatter: the gradients are all-reduced instead, as in DDP
-# - (c) the parameters stay whole between steps too, so Adam's state is no longer sharded
-# - (d) the activations are sharded instead of the parameters
+# - (a) backward makes no all-gather, the peak during a step rises, and between steps each rank holds the
+#   same bytes as with the default
+# - (b) backward makes no all-gather, and each rank keeps the whole parameters between steps too, as ZeRO-2
+#   does in lesson 15, with the gradients and Adam's state sharded
+# - (c) backward still all-gathers every block, from the copy kept since forward, so the count of all-gathers
+#   stays and the bytes sent per step fall
+# - (d) the reduce-scatters become all-reduces, since whole parameters need whole gradients, and the peak
+#   rises by a whole model's gradients
 
 # %% [markdown] lang=zh
-# **19.4** 与 FSDP2 的默认设置相比，`reshard_after_forward=False` 在第 3 部分的测量中改变了什么？请写一个字母。
+# **19.4** 与 FSDP2 的默认设置相比，第 3 部分为 `reshard_after_forward=False` 测到的是下面哪一项？请写一个字母。
 #
-# - (a) 反向中没有 all-gather，每个块的完整参数从它的前向一直保留到它的反向
-# - (b) 没有 reduce-scatter：梯度改为像 DDP 那样做 all-reduce
-# - (c) 参数在两步之间也保持完整，所以 Adam 的状态不再分片
-# - (d) 分片的是激活值，而不是参数
+# - (a) 反向中不做 all-gather，一步之中的峰值升高，而在两步之间每个 rank 持有的字节数与默认设置时相同
+# - (b) 反向中不做 all-gather，而且每个 rank 在两步之间也保留完整的参数，就像第 15 课中的 ZeRO-2 那样，梯度和 Adam 的状态则是分片的
+# - (c) 反向中仍然对每个块做 all-gather，但收集的是前向以来保留的那份拷贝，所以 all-gather 的次数不变，每步发送的字节数减少
+# - (d) reduce-scatter 变成了 all-reduce，因为完整的参数需要完整的梯度，峰值因此多出整个模型的梯度
 
 # %%
 answer = ...    # a, b, c or d
-check("19.4", answer, backward_gathers=bwd2, reduce_scatters=rs2)
+check("19.4", answer, backward_gathers=bwd2, reduce_scatters=rs2, held_mb=states[SGO] / 1e6,
+      zero2_mb=states["ZeRO-2"] / 1e6)
 
 # %%
 %ddp_stop

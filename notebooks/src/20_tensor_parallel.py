@@ -8,14 +8,15 @@
 # in between and one all-reduce sums the partial outputs. You build it by hand from `dist.all_reduce`,
 # then let `parallelize_module` do it, and read off the timeline what it costs: collectives of the
 # *activations*, in forward and in backward, in every block. **Sequence parallelism** turns each
-# all-reduce into an all-gather and a reduce-scatter of the same volume and splits the rest of the
-# block by tokens. Finally a **2D mesh** of 2 × 2 ranks runs FSDP2 over one dimension and tensor
+# all-reduce into an all-gather and a reduce-scatter, the same bytes on a ring (on this pool's gloo you
+# measure what the pair costs), and splits the rest of the block by tokens. Finally a **2D mesh** of
+# 2 × 2 ranks runs FSDP2 over one dimension and tensor
 # parallelism over the other, and the timeline shows which collective ran on which.
 #
 # **You will learn**
 # - how a column-split and a row-split Linear make an MLP that needs one all-reduce in forward and one in backward (Megatron's f and g)
 # - how `parallelize_module` with `ColwiseParallel` and `RowwiseParallel` does the same on a `DeviceMesh`, and why its collectives carry activations, not weights
-# - what sequence parallelism trades: an all-gather and a reduce-scatter instead of an all-reduce, for 1/N of the activations outside the matmuls
+# - what sequence parallelism trades: an all-gather and a reduce-scatter instead of an all-reduce, for 1/N of the activations outside the matmuls, and what that pair costs on gloo, measured
 # - how a 2D mesh combines FSDP2 (data parallelism, sharded) with tensor parallelism, and how to read which collective runs on which dimension
 #
 # **Study time:** about 50 minutes
@@ -30,12 +31,12 @@
 # %% [markdown] lang=zh
 # # 第 20 课 · 张量并行与二维设备网格
 #
-# **简而言之**：流水线并行（第 6 课）在层与层之间切分模型；**张量并行**则切分每一层的权重矩阵，于是所有 rank 同时处理每一层，各自负责其中一片。这一课按 Megatron-LM 的方式切分 Transformer 的一个 MLP 块：第一个 Linear 按输出特征切分，第二个按输入特征切分，这样每个 rank 算自己那一片时中间不需要任何通信，最后用一次 all-reduce 把各 rank 的部分输出加起来。你先用 `dist.all_reduce` 亲手搭出它，再交给 `parallelize_module` 来做，并从时间线上读出它的代价：在每个块的前向和反向中，都要对*激活*做集合通信。**序列并行**把每次 all-reduce 换成通信量相同的一次 all-gather 加一次 reduce-scatter，并把块的其余部分按词元（token）切分。最后，一个 2 × 2 的**二维设备网格**在一个维度上运行 FSDP2，在另一个维度上运行张量并行，时间线会显示每个集合通信运行在哪个维度上。
+# **简而言之**：流水线并行（第 6 课）在层与层之间切分模型；**张量并行**则切分每一层的权重矩阵，于是所有 rank 同时处理每一层，各自负责其中一片。这一课按 Megatron-LM 的方式切分 Transformer 的一个 MLP 块：第一个 Linear 按输出特征切分，第二个按输入特征切分，这样每个 rank 算自己那一片时中间不需要任何通信，最后用一次 all-reduce 把各 rank 的部分输出加起来。你先用 `dist.all_reduce` 亲手搭出它，再交给 `parallelize_module` 来做，并从时间线上读出它的代价：在每个块的前向和反向中，都要对*激活*做集合通信。**序列并行**把每次 all-reduce 换成一次 all-gather 加一次 reduce-scatter（在环上字节数相同；在这个进程池的 gloo 上，你将测量这一对的开销），并把块的其余部分按词元（token）切分。最后，一个 2 × 2 的**二维设备网格**在一个维度上运行 FSDP2，在另一个维度上运行张量并行，时间线会显示每个集合通信运行在哪个维度上。
 #
 # **你将学到**
 # - 按列切分和按行切分的两个 Linear 怎样组成一个 MLP，使它在前向和反向中各只需要一次 all-reduce（Megatron 的 f 和 g）
 # - `parallelize_module` 怎样用 `ColwiseParallel` 和 `RowwiseParallel` 在一个 `DeviceMesh` 上完成同样的切分，以及为什么它的集合通信传的是激活而不是权重
-# - 序列并行做了怎样的取舍：用一次 all-gather 加一次 reduce-scatter 代替一次 all-reduce，换来矩阵乘法之外的激活只剩 1/N
+# - 序列并行做了怎样的取舍：用一次 all-gather 加一次 reduce-scatter 代替一次 all-reduce，换来矩阵乘法之外的激活只剩 1/N，以及这一对在 gloo 上的实测开销
 # - 二维设备网格怎样把 FSDP2（分片的数据并行）与张量并行结合起来，以及怎样读出哪个集合通信运行在哪个维度上
 #
 # **学习时间**：约 50 分钟
@@ -228,7 +229,7 @@ print(say(f"without f, the input's gradient is off by up to {max(off_no_f):.0%} 
 # %% [markdown] lang=zh
 # ## 2. 用 `parallelize_module` 做同样的事
 #
-# PyTorch 可以替你做这种切分。**`DeviceMesh`**（设备网格）指明模型切分到哪些 rank 上（`ddplab.mesh()` 在进程池的 4 个 rank 上建一个）；`parallelize_module(model, mesh, plan)` 把 plan 中点名的参数换成 **DTensor**，即知道自己怎样分布在设备网格上的张量：`ColwiseParallel` 让 `up` 的权重采用 `Shard(0)` 布局（按行），`RowwiseParallel` 让 `down` 的权重采用 `Shard(1)`（按列）。它们还会插入集合通信：按行切分的层对它的输出做 all-reduce（g），而按列切分的层的输入在所有 rank 上是“复制”的，它的梯度在反向中做 all-reduce（f）。
+# PyTorch 可以替你做这种切分。**`DeviceMesh`**（设备网格）指明模型切分到哪些 rank 上（`ddplab.mesh()` 在进程池的 4 个 rank 上建一个）；`parallelize_module(model, mesh, plan)` 把切分方案（参数 `plan`）中点名的参数换成 **DTensor**，即知道自己怎样分布在设备网格上的张量：`ColwiseParallel` 让 `up` 的权重采用 `Shard(0)` 布局（按行），`RowwiseParallel` 让 `down` 的权重采用 `Shard(1)`（按列）。它们还会插入集合通信：按行切分的层对它的输出做 all-reduce（g），而按列切分的层的输入在所有 rank 上是“复制”的，它的梯度在反向中做 all-reduce（f）。
 #
 # 用同一个块、同一个批次运行三步，每一步都以 `ddplab.log` 结束，这样时间线就能数出步数。
 
@@ -336,7 +337,7 @@ print(say(f"per step, DDP would all-reduce this block's {total:,} gradients, {dd
 # %% [markdown] lang=zh
 # 张量并行的集合通信搬运的是**激活**：它的大小是批大小 × 词元数 × H，与权重有多大无关。权重从不传输；每个 rank 保留自己的那一片并用它计算。集合通信在哪里运行，下一步计算就需要它的结果：前向的 all-reduce 夹在块的矩阵乘法和残差之间，反向的 all-reduce 夹在块的反向和它前面各层之间。同一层里没有别的计算可以把它藏起来，不像 DDP 可以把桶的 all-reduce 藏在前面各层的反向计算之下（第 12 课）。
 #
-# **常见说法 / 实际情况。** 一种常见的说法是：张量并行减少了通信，因为没有哪个 rank 需要整个模型。实际情况是：它*增加*了通信。DDP 每一步对每个梯度做一次 all-reduce，字节数等于模型的大小，而且分成桶，可以与反向计算重叠。张量并行每一步要对每个块的激活做两次 all-reduce（前向一次，反向一次），每一次都让 rank 停下来，直到它完成。对这个块来说，每步大约 4H 个词元时两者相等（上面打印了具体数字），而真实的训练每一步都有数万个词元流过每个块。张量并行减少的是每个 rank 分到的权重（以及它们的梯度和优化器状态）和矩阵乘法的计算量。所以它总是运行在最快的连接上，即同一台机器内的各个 GPU 之间。
+# **常见说法 / 实际情况。** 一种常见的说法是：张量并行减少了通信，因为没有哪个 rank 需要整个模型。实际情况是：它*增加*了通信。DDP 每一步对每个梯度做一次 all-reduce，字节数等于模型的大小，而且分成桶，可以与反向计算重叠。张量并行每一步要对每个块的激活做两次 all-reduce（前向一次，反向一次），每一次都让 rank 停下来，直到它完成。对这个块来说，每步大约 4H 个词元时两者相等（上面打印了具体数字），而真实的训练每一步都有数万个词元流过每个块。张量并行减少的是每个 rank 分到的权重（以及它们的梯度和优化器状态）和矩阵乘法的计算量。所以它运行在现有最快的连接上，即同一台机器内的各个 GPU 之间。
 
 # %% [markdown]
 # ## 3. Sequence parallelism
@@ -356,7 +357,7 @@ print(say(f"per step, DDP would all-reduce this block's {total:,} gradients, {dd
 # %% [markdown] lang=zh
 # ## 3. 序列并行
 #
-# 在张量并行的块中，每个 rank 仍然在**完整的**激活上运行 LayerNorm、残差连接以及两个矩阵乘法之外的其他一切，同样的计算做了四遍，还要为反向保存这些完整的激活。**序列并行**把这一部分按词元切分：每个 rank 对每个序列的四分之一做归一化。在需要所有词元的按列切分的层之前，一次 **all-gather** 把各个词元收集齐；在按行切分的层之后，一次 **reduce-scatter** 把部分输出加起来，*同时*只给每个 rank 留下它那四分之一的词元。在 plan 中：对 LayerNorm 用 `SequenceParallel()`，并告诉两个 Linear：它们的输入和输出按第 1 维（词元）切分（`Shard(1)`）。
+# 在张量并行的块中，每个 rank 仍然在**完整的**激活上运行 LayerNorm、残差连接以及两个矩阵乘法之外的其他一切，同样的计算做了四遍，还要为反向保存这些完整的激活。**序列并行**把这一部分按词元切分：每个 rank 对每个序列的四分之一做归一化。在需要所有词元的按列切分的层之前，一次 **all-gather** 把各个词元收集齐；在按行切分的层之后，一次 **reduce-scatter** 把部分输出加起来，*同时*只给每个 rank 留下它那四分之一的词元。在切分方案中：对 LayerNorm 用 `SequenceParallel()`，并告诉两个 Linear：它们的输入和输出按第 1 维（词元）切分（`Shard(1)`）。
 #
 # 现在每个 rank 的输入只是它自己那四分之一的词元，输出也只是它那四分之一；损失是每个 rank 分担的那一份平均值，四份加起来就是整个损失。
 
@@ -403,11 +404,12 @@ print(say(f"every rank, each step: in forward an all-gather of the tokens for up
 # **sends** when the collective runs as a ring (lesson 12; NCCL's algorithm, and the one lesson 13
 # builds): an all-reduce of *b* bytes is a reduce-scatter followed by an all-gather, 2(N−1)/N·*b*; a
 # reduce-scatter alone sends (N−1)/N·*b*, and so does an all-gather of *b* bytes (each rank passes on
-# the N−1 pieces that are not its own). (gloo on this machine may use other algorithms; the ring's
-# counts are the ones to reason with.)
+# the N−1 pieces that are not its own). gloo does not run its reduce-scatter as a ring, though: lesson
+# 19 measured it writing as much as a whole all-reduce. After the ring's counts, the pool measures what
+# the two blocks really send here.
 
 # %% [markdown] lang=zh
-# 时间段的 `bytes` 是这个集合通信的大小，即它处理的整个张量：对 all-gather 来说，是结束时每个 rank 都拥有的全部内容（所有词元）；对 reduce-scatter 来说，是每个 rank 放进去的整个张量，它只拿回其中求过和的四分之一。要和 all-reduce 比较，就数一数集合通信以环的方式运行时每个 rank **发送**多少字节（第 12 课；这是 NCCL 的算法，也是第 13 课亲手实现的算法）：对 *b* 字节做 all-reduce，就是先 reduce-scatter 再 all-gather，发送 2(N−1)/N·*b*；单独的 reduce-scatter 发送 (N−1)/N·*b*，对 *b* 字节做 all-gather 也一样（每个 rank 转发不属于自己的 N−1 片）。（本机的 gloo 可能使用别的算法；推理时用环的计数。）
+# 时间段的 `bytes` 是这个集合通信的大小，即它处理的整个张量：对 all-gather 来说，是结束时每个 rank 都拥有的全部内容（所有词元）；对 reduce-scatter 来说，是每个 rank 放进去的整个张量，它只拿回其中求过和的四分之一。要和 all-reduce 比较，就数一数集合通信以环的方式运行时每个 rank **发送**多少字节（第 12 课；这是 NCCL 的算法，也是第 13 课亲手实现的算法）：对 *b* 字节做 all-reduce，就是先 reduce-scatter 再 all-gather，发送 2(N−1)/N·*b*；单独的 reduce-scatter 发送 (N−1)/N·*b*，对 *b* 字节做 all-gather 也一样（每个 rank 转发不属于自己的 N−1 片）。不过 gloo 并不以环的方式运行 reduce-scatter：第 19 课测得它写出的字节数与一次完整的 all-reduce 一样多。先算出环的计数，然后在进程池上测量这两个块在这里实际发送了多少。
 
 # %%
 def ring_sent(op, nbytes, n=4):
@@ -429,7 +431,74 @@ print(say(f"sent by each rank per step on a ring: tensor parallel {sent_tp:,.0f}
           f"{sent_sp:,.0f} 字节（2 次 all-gather + 2 次 reduce-scatter）：完全相同"))
 
 # %% [markdown]
-# The same bytes, then. What sequence parallelism buys is memory. Autograd keeps, during forward, the
+# That is the ring. Now this pool's gloo. The next cell runs one more step of each block, the same
+# forward, loss and backward as in parts 2 and 3 (the gradients stay those of one step), and counts the
+# bytes each rank writes meanwhile (Linux's `/proc/self/io`, as in lesson 19: gloo's sockets write
+# through it). It also times, with `median_seconds`, an all-reduce of the block's activations against the
+# all-gather and the reduce-scatter that replace it.
+
+# %% [markdown] lang=zh
+# 这是环的情况。现在看这个进程池的 gloo。下一个单元格让每个块再运行一步，前向、损失和反向都与第 2、3 部分相同（梯度仍然是一步的梯度），并统计这期间每个 rank 写出的字节数（Linux 的 `/proc/self/io`，和第 19 课一样：gloo 的套接字通过它写出数据）。它还用 `median_seconds` 给一次对块的激活做的 all-reduce 计时，并与替换它的 all-gather 和 reduce-scatter 对比。
+
+# %%
+%%ddp
+from ddplab.lessons.ranks import median_seconds
+
+
+def written():
+    """Bytes this process has written so far (Linux's /proc/self/io: gloo's sockets among them), or None."""
+    try:
+        with open("/proc/self/io") as f:
+            return int(next(line for line in f if line.startswith("wchar:")).split()[1])
+    except (OSError, StopIteration):
+        return None
+
+
+step_of = {"tp": (tp, x, lambda out: out.square().mean()),                       # part 2's step
+           "sp": (sp, x[:, tokens], lambda out: out.square().sum() / out_whole.numel())}   # part 3's
+wrote = {}
+for name, (block, inp, loss_of) in step_of.items():
+    block.zero_grad()
+    inp = inp.clone().requires_grad_()
+    dist.barrier()
+    before = written()
+    loss_of(block(inp)).backward()
+    wrote[name] = written() - before if before is not None else None
+act, piece = torch.ones(B * S * H), torch.empty(B * S * H // world_size)         # the block's activations
+pair_time = {"all-reduce": median_seconds(lambda: dist.all_reduce(act), repeat=9, warmup=2),
+             "all-gather + reduce-scatter": median_seconds(
+                 lambda: (dist.all_gather_single(act, piece), dist.reduce_scatter_single(piece, act)), repeat=9, warmup=2)}
+
+# %%
+wrote = %ddp_gather wrote
+pair_time = %ddp_gather pair_time
+pair_time = pair_time[0]                               # (every rank returns the slowest rank's median)
+ar_ms, pair_ms = (1e3 * pair_time[k] for k in ("all-reduce", "all-gather + reduce-scatter"))
+gloo_tp = 2 * ring_sent("all_reduce", activation)                                      # gloo's all-reduce: a ring's
+gloo_sp = 2 * (ring_sent("all_gather", activation) + ring_sent("all_reduce", activation))   # its reduce-scatter: a whole all-reduce
+if wrote[0]["tp"] is not None:
+    for w in wrote:                                    # every rank (and a few kB of ddplab's own)
+        assert abs(w["tp"] - gloo_tp) < 0.02 * gloo_tp and abs(w["sp"] - gloo_sp) < 0.02 * gloo_sp, (w, gloo_tp, gloo_sp)
+    measured = {"tp": wrote[0]["tp"], "sp": wrote[0]["sp"]}
+    print(say(f"written by rank 0 in one step on this gloo: tensor parallel {measured['tp']:,} bytes, sequence parallel "
+              f"{measured['sp']:,} bytes, {measured['sp'] / measured['tp']:.2f} times as much (on a ring: {sent_sp:,.0f} "
+              "bytes each)",
+              f"在这个 gloo 上，rank 0 一步写出的字节数：张量并行 {measured['tp']:,} 字节，序列并行 {measured['sp']:,} 字节，"
+              f"是前者的 {measured['sp'] / measured['tp']:.2f} 倍（在环上：两者都是 {sent_sp:,.0f} 字节）"))
+else:
+    measured = None
+    print(say("This system has no /proc/self/io: only the times are measured.",
+              "这个系统没有 /proc/self/io：只测量耗时。"))
+print(say(f"one all-reduce of the activations ({activation:,} bytes): {ar_ms:.2f} ms; the all-gather and the "
+          f"reduce-scatter that replace it: {pair_ms:.2f} ms, {pair_ms / ar_ms:.2f} times as long (medians, slowest rank)",
+          f"对激活（{activation:,} 字节）做一次 all-reduce：{ar_ms:.2f} ms；替换它的 all-gather 和 reduce-scatter："
+          f"{pair_ms:.2f} ms，是前者的 {pair_ms / ar_ms:.2f} 倍（中位数，最慢的 rank）"))
+
+# %% [markdown]
+# So sequence parallelism sends the same bytes as tensor parallelism on a ring, and more on this gloo
+# (the ratio printed above): each of its reduce-scatters is a whole all-reduce, and its all-gathers come
+# on top. The times printed with them say what that costs on this machine. What sequence parallelism
+# buys is memory. Autograd keeps, during forward, the
 # tensors each operation will need in backward: the **activations** a rank holds until backward. A
 # `saved_tensors_hooks` pair sees each of them as it is kept; the cell below adds up their bytes by
 # the block's layer (each tensor once, the parameters left out) for the tensor-parallel block on the
@@ -440,7 +509,7 @@ print(say(f"sent by each rank per step on a ring: tensor parallel {sent_tp:,.0f}
 # floats).
 
 # %% [markdown] lang=zh
-# 字节数一样多。序列并行换来的是内存。在前向中，autograd 会保存每个操作在反向中需要用到的张量：这些就是一个 rank 一直持有到反向计算时的**激活**。一对 `saved_tensors_hooks` 能看到每个被保存的张量；下面的单元格按块中的层把它们的字节数加起来（每个张量只算一次，不计参数），分别针对在整个批次上运行的张量并行块和只在四分之一词元上运行的序列并行块，并把序列并行块的输出和梯度与完整的块对照检查。在那里，LayerNorm 权重的梯度也是一个 DTensor：每个 rank 上的只包含它那些词元的那一份（`Partial`），`full_tensor()` 把它们加起来（优化器的一步也会这样做：对 2 × H 个浮点数做一次很小的 all-reduce）。
+# 所以在环上，序列并行发送的字节数与张量并行相同，而在这个 gloo 上更多（比值见上面的输出）：它的每次 reduce-scatter 都是一次完整的 all-reduce，all-gather 还要另算。与之一起打印的耗时，说明了这在本机上的代价。序列并行换来的是内存。在前向中，autograd 会保存每个操作在反向中需要用到的张量：这些就是一个 rank 一直持有到反向计算时的**激活**。一对 `saved_tensors_hooks` 能看到每个被保存的张量；下面的单元格按块中的层把它们的字节数加起来（每个张量只算一次，不计参数），分别针对在整个批次上运行的张量并行块和只在四分之一词元上运行的序列并行块，并把序列并行块的输出和梯度与完整的块对照检查。在那里，LayerNorm 权重的梯度也是一个 DTensor：每个 rank 上的只包含它那些词元的那一份（`Partial`），`full_tensor()` 把它们加起来（优化器的一步也会这样做：对 2 × H 个浮点数做一次很小的 all-reduce）。
 
 # %%
 %%ddp
@@ -495,9 +564,10 @@ print(say(f"per rank: {sum(tp_kept.values()) / 1024:.0f} KiB -> {sum(sp_kept.val
           f"的部分 {tp_kept['norm'] / 1024:.0f} -> {sp_kept['norm'] / 1024:.0f} KiB，只剩四分之一"))
 label = {"tp": say("tensor parallel", "张量并行"), "sp": say("sequence parallel", "序列并行")}
 draw.bars(None, panels=[
-    dict(values={label["tp"]: sent_tp / 1024, label["sp"]: sent_sp / 1024},
-         ylabel=say("KiB sent by one rank per step (ring)", "每个 rank 每步发送的 KiB（环形）"),
-         title=say("Communication: the same", "通信：相同")),
+    dict(values={f"{label[k]}\n{way}": v / 1024 for k, ring in (("tp", sent_tp), ("sp", sent_sp))
+                 for way, v in ((say("ring", "环"), ring), *(((say("gloo, measured", "gloo，实测"), measured[k]),) if measured else ()))},
+         ylabel=say("KiB sent by one rank per step", "每个 rank 每步发送的 KiB"),
+         title=say("Communication: on a ring and on this gloo", "通信：在环上与在这个 gloo 上")),
     dict(values={f"{label[k]}\n{part}": sum(v for name, v in kept[0][k].items() if (name == "norm") == (part == "norm")) / 1024
                  for k in ("tp", "sp") for part in ("norm", say("up, GELU, down", "up、GELU、down"))},
          ylabel=say("KiB kept for backward, one rank", "每个 rank 为反向保存的 KiB"),
@@ -514,7 +584,7 @@ draw.bars(None, panels=[
 # more all-gather to save those bytes too; DTensor's plan here does not.
 
 # %% [markdown] lang=zh
-# 在矩阵乘法之外，只剩四分之一：LayerNorm 只为它那四分之一的词元保存输入和统计量，计算量也只有四分之一。在一个完整的 Transformer 层中，这一部分不止一个 LayerNorm（有两个 LayerNorm，还有注意力和 MLP 之后的 dropout 掩码），它占这一层激活的很大一部分：序列并行正是为此而设计的。矩阵乘法内部没有变化：`up` 仍然要为它的权重梯度保存 all-gather 得到的完整输入。Megatron-LM 更进一步，只保存它那四分之一，在反向中再做一次 all-gather，多一次通信来把这些字节也省下；这里 DTensor 的 plan 没有这样做。
+# 在矩阵乘法之外，只剩四分之一：LayerNorm 只为它那四分之一的词元保存输入和统计量，计算量也只有四分之一。在一个完整的 Transformer 层中，这一部分不止一个 LayerNorm（有两个 LayerNorm，还有注意力和 MLP 之后的 dropout 掩码），它占这一层激活的很大一部分：序列并行正是为此而设计的。矩阵乘法内部没有变化：`up` 仍然要为它的权重梯度保存 all-gather 得到的完整输入。Megatron-LM 更进一步，只保存它那四分之一，在反向中再做一次 all-gather，多一次通信来把这些字节也省下；这里 DTensor 的切分方案没有这样做。
 
 # %% [markdown]
 # ## 4. Two dimensions: FSDP2 × tensor parallelism
@@ -585,7 +655,9 @@ tl2
 # %%
 frame2 = tl2.to_pandas()
 comm2 = frame2[frame2["phase"] == "comm"]
-print(comm2[comm2["rank"] == 0].groupby(["group", "op", "module"]).size().to_string())   # rank 0, 4 steps
+calls = comm2[comm2["rank"] == 0].groupby(["group", "op", "module"]).size()           # rank 0, 4 steps
+calls.index.names = [say("group", "组"), say("op", "集合通信"), say("module", "模块")]
+print(calls.to_frame(say("calls", "次数")).to_string())
 groups = %ddp_gather groups                       # each rank's mesh2["tp"] and mesh2["dp"], as the mesh says
 assert {(label, tuple(ranks)) for label, ranks in tl2.groups} == \
     {(dim, tuple(g[dim])) for g in groups for dim in ("tp", "dp")}   # the timeline's groups: the mesh's rows and columns
@@ -686,7 +758,8 @@ print(say(f"each rank holds {held_2d[0]:,} of the {count[0]:,} parameters ({held
 #   and leaves a bubble.
 # - **Tensor parallelism** splits every layer; it sends *activations*, twice per block per step, on
 #   the critical path, so it stays within a machine's fast links, in groups of 2 to 8.
-#   **Sequence parallelism** comes with it for free: the same bytes, fewer activations.
+#   **Sequence parallelism** comes with it: fewer activations, for the same bytes on a ring (NCCL's
+#   algorithm); on gloo, whose reduce-scatter is a whole all-reduce, for more (part 3 measured how much).
 #
 # Large models combine them on a mesh with one dimension each: tensor parallelism inside a machine,
 # FSDP (and pipelining) across machines. Lesson 12's arithmetic decides which dimension gets which
@@ -699,7 +772,7 @@ print(say(f"each rank holds {held_2d[0]:,} of the {count[0]:,} parameters ({held
 # - **数据并行**（DDP，第 2 课）复制模型、切分批次；它每一步发送一次梯度，与反向计算重叠。
 # - **分片的数据并行**（FSDP2，第 19 课）同样切分批次，并在每个 rank 上只保存 1/N 的参数、梯度和优化器状态；它在需要某一层时收集这一层的参数，这是对*权重*的集合通信，可以提前取回。
 # - **流水线并行**（第 6 课）在层与层之间切分模型；它在各段之间传递激活，并留下气泡。
-# - **张量并行**切分每一层；它每一步对每个块传两次*激活*，而且处在关键路径上，所以它留在一台机器内部的快速连接上，每组 2 到 8 个 rank。**序列并行**可以免费随它一起使用：字节数相同，激活更少。
+# - **张量并行**切分每一层；它每一步对每个块传两次*激活*，而且处在关键路径上，所以它留在一台机器内部的快速连接上，每组 2 到 8 个 rank。**序列并行**随它一起使用：激活更少，在环上（NCCL 的算法）字节数相同；在 gloo 上，它的 reduce-scatter 是一次完整的 all-reduce，字节数更多（第 3 部分测出了多多少）。
 #
 # 大模型在一个设备网格上把它们组合起来，每种切分占一个维度：张量并行在机器内部，FSDP（以及流水线并行）跨越机器。第 12 课的算术决定哪个维度用哪种连接。保存和加载这样的模型（它的每个参数都是分布在两个维度上的 DTensor）是第 21 课的主题：检查点。
 
@@ -754,25 +827,27 @@ check("20.3", answer, activation=activation, ranks=8)
 # network between them. You train on a 2 × 4 mesh, FSDP2 on one dimension and tensor parallelism on
 # the other. How do you lay it out? Answer with a letter:
 #
-# - (a) tensor parallelism across the machines and FSDP2 inside them: tensor parallelism sends fewer
-#   bytes, so it can take the slow network
-# - (b) either way: the two send about the same bytes per step
-# - (c) tensor parallelism inside each machine and FSDP2 across them: its collectives come twice per
-#   block in every step and the next computation waits for each, while FSDP2 can gather a layer's
-#   weights ahead of time
-# - (d) tensor parallelism across the machines, because sequence parallelism halves its bytes
+# - (a) tensor parallelism across the machines and FSDP2 inside each: FSDP2 moves every layer's weights
+#   and gradients at every step, tensor parallelism only activations, so FSDP2 is the one that needs the
+#   fast links
+# - (b) tensor parallelism inside each machine and FSDP2 across them: each tensor-parallel collective holds
+#   up the computation that follows it, while FSDP2 can gather a layer's weights before the layer runs
+# - (c) tensor parallelism across the machines, with sequence parallelism: its all-gathers and
+#   reduce-scatters send smaller messages than the all-reduces they replace, which suits a slow network
+# - (d) it makes no difference: on a 2 × 4 mesh, the collectives of both dimensions cross the network
+#   whichever way it is laid out
 
 # %% [markdown] lang=zh
 # **20.4** 两台机器，每台 4 个 GPU：机器内部是快速连接（每秒数百 GB），机器之间是较慢的网络。你在一个 2 × 4 的设备网格上训练，一个维度上用 FSDP2，另一个维度上用张量并行。应该怎样排布？请写一个字母：
 #
-# - (a) 张量并行跨越机器，FSDP2 在机器内部：张量并行发送的字节更少，所以它可以走慢速网络
-# - (b) 怎样都行：两者每步发送的字节数差不多
-# - (c) 张量并行在每台机器内部，FSDP2 跨越机器：张量并行的集合通信每一步在每个块中出现两次，下一步计算要等每一次完成，而 FSDP2 可以提前收集一层的权重
-# - (d) 张量并行跨越机器，因为序列并行让它的字节数减半
+# - (a) 张量并行跨越机器，FSDP2 在每台机器内部：FSDP2 每一步都要搬运每一层的权重和梯度，张量并行只搬运激活，所以需要快速连接的是 FSDP2
+# - (b) 张量并行在每台机器内部，FSDP2 跨越机器：张量并行的每次集合通信都会拖住紧随其后的计算，而 FSDP2 可以在一层运行之前就收集它的权重
+# - (c) 张量并行跨越机器，再加上序列并行：它的 all-gather 和 reduce-scatter 发送的消息比被替换掉的 all-reduce 小，适合慢速网络
+# - (d) 怎样排布都一样：在 2 × 4 的设备网格上，无论怎样排布，两个维度的集合通信都要经过网络
 
 # %%
 answer = ...    # a, b, c or d
-check("20.4", answer, tp_share=share)
+check("20.4", answer, tp_share=share, sp_ratio=measured["sp"] / measured["tp"] if measured else None)
 
 # %%
 %ddp_stop

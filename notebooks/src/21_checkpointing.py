@@ -131,12 +131,20 @@ def build(seed, checkpointed=()):
 # not counted: their memory belongs to the model, which holds it anyway. Two more measurements:
 # `FlopCounterMode` (`torch.utils.flop_counter`) counts the floating-point operations of every matrix
 # product that runs, in forward, backward and the recompute; and `time.thread_time()` is the CPU time of
-# the rank's own thread, where torch computes (ddplab gives each rank one thread). It counts neither the
-# time a rank waits for the others in FSDP's all-gathers and reduce-scatters, nor the time it waits for
-# a core: here 4 ranks share the machine's cores, and wall-clock times would mostly measure that
-# sharing.
+# the rank's own thread. That is all of torch's compute only if torch computes on that thread alone, and
+# ddplab gives each rank's torch `cores // ranks` threads, at least one (the cell below prints how many
+# this pool has): with two or more, a matrix product runs on several threads, and this thread's time
+# misses the others'. So for these measurements the cell pins torch to one thread per rank,
+# `torch.set_num_threads(1)`, and gives the pool's setting back after. It also reads
+# `time.process_time()`, the CPU time of all the rank's threads, and checks that this one did most of it
+# (the rest: gloo's threads, which run the all-gathers and reduce-scatters, and ddplab's).
+# Thread time counts neither the time a rank waits for the others in FSDP's collectives (waiting takes
+# no CPU), nor the time it waits for a core: 4 ranks share the machine's cores, and where they outnumber
+# the cores, wall-clock times mostly measure that sharing.
 #
-# Each setting trains a new model from the same seed, on the same batch, for 5 steps with Adam.
+# Each setting trains a new model from the same seed, on the same batch, for 5 steps with Adam. The three
+# take their steps in turn (a step of each, then the next round), so that whatever else the machine is
+# doing meanwhile weighs on the three alike.
 
 # %% [markdown] lang=zh
 # **autograd 为反向传播保留了什么。** 对每个块，以 float32 计（每个数 4 字节），批次有 `B` 行：
@@ -147,9 +155,9 @@ def build(seed, checkpointed=()):
 #
 # 所以每个块是 `B`·(128 + 512)·4 字节。损失函数 `mse_loss` 保留模型的输出和目标值：各 `B`·128·4 字节。使用激活检查点的块只保留它的输入：`B`·128·4 字节。
 #
-# **怎样测量。** 在 `torch.autograd.graph.saved_tensors_hooks(pack, unpack)` 之内，autograd 每为反向传播保存一个张量，就用这个张量调用一次 `pack`；下面的 `SavedForBackward` 记下每个张量所在的那块内存（它的 storage），每块内存只算一次，然后原样返回这个张量。参数不计入：它们的内存属于模型，模型无论如何都持有它。另外还有两项测量：`FlopCounterMode`（`torch.utils.flop_counter`）统计实际运行的每个矩阵乘法的浮点运算次数，包括前向、反向和重新计算；`time.thread_time()` 是 rank 自己那个线程的 CPU 时间，torch 就在这个线程上计算（ddplab 给每个 rank 一个线程）。它既不计 rank 在 FSDP 的 all-gather 和 reduce-scatter 中等待其他 rank 的时间，也不计它等待 CPU 核心的时间：这里 4 个 rank 共用这台机器的 CPU 核心，墙钟时间测到的主要是这种共用。
+# **怎样测量。** 在 `torch.autograd.graph.saved_tensors_hooks(pack, unpack)` 之内，autograd 每为反向传播保存一个张量，就用这个张量调用一次 `pack`；下面的 `SavedForBackward` 记下每个张量所在的那块内存（它的 storage），每块内存只算一次，然后原样返回这个张量。参数不计入：它们的内存属于模型，模型无论如何都持有它。另外还有两项测量：`FlopCounterMode`（`torch.utils.flop_counter`）统计实际运行的每个矩阵乘法的浮点运算次数，包括前向、反向和重新计算；`time.thread_time()` 是 rank 自己那个线程的 CPU 时间。只有当 torch 只在这一个线程上计算时，它才是 torch 的全部计算，而 ddplab 给每个 rank 的 torch `cores // ranks` 个线程，至少一个（下面的单元格会打印这个进程池的线程数）：有两个或更多线程时，一次矩阵乘法会在几个线程上运行，这个线程的时间就漏掉了其他线程的时间。所以在这些测量中，单元格让每个 rank 的 torch 只用一个线程（`torch.set_num_threads(1)`），测完再恢复进程池原来的设置。它还读取 `time.process_time()`，即 rank 所有线程的 CPU 时间，并核对其中的大部分是这个线程做的（其余的是 gloo 的线程，它们运行 all-gather 和 reduce-scatter，以及 ddplab 的线程）。线程时间既不计 rank 在 FSDP 的集合通信中等待其他 rank 的时间（等待不占用 CPU），也不计它等待 CPU 核心的时间：4 个 rank 共用这台机器的 CPU 核心，在 rank 比核心多的地方，墙钟时间测到的主要是这种共用。
 #
-# 每种设置都从同一个随机种子新建一个模型，在同一个批次上用 Adam 训练 5 步。
+# 每种设置都从同一个随机种子新建一个模型，在同一个批次上用 Adam 训练 5 步。三者轮流走各自的一步（每种设置各走一步，再进入下一轮），这样无论这台机器同时还在做什么，对三者的影响都一样。
 
 # %%
 %%ddp
@@ -183,29 +191,37 @@ class SavedForBackward(torch.autograd.graph.saved_tensors_hooks):
 
 torch.manual_seed(100 + rank)
 x, y = torch.randn(B, W), torch.randn(B, W)                # this rank's batch, the same in every setting
-runs, first_grads, final = {}, {}, {}
-for name, checkpointed in SETTINGS:
-    model = build(seed=0, checkpointed=checkpointed)
-    opt = torch.optim.Adam(model.parameters(), lr=1e-3)
-    cpu = []
-    for step in range(5):
+threads = torch.get_num_threads()                          # the pool's setting: cores // ranks, at least 1
+torch.set_num_threads(1)                                   # torch computes on this thread alone
+models = {name: build(seed=0, checkpointed=checkpointed) for name, checkpointed in SETTINGS}
+opts = {name: torch.optim.Adam(m.parameters(), lr=1e-3) for name, m in models.items()}
+runs, first_grads, final = {"threads": threads}, {}, {}
+cpu, cpu_all = {name: [] for name in models}, {name: [] for name in models}
+for step in range(5):
+    for name, model in models.items():                     # a step of each setting in turn
         saved, flops = SavedForBackward(model), FlopCounterMode(display=False)
-        tic = time.thread_time()
+        tic, tic_all = time.thread_time(), time.process_time()    # this thread's CPU time, all threads'
         with flops if step == 0 else contextlib.nullcontext():   # the first step's FLOPs
             with saved:                                    # the forward: what it leaves for backward
                 loss = nn.functional.mse_loss(model(x), y)
             loss.backward()                                # runs the checkpointed blocks again first
-        cpu.append(time.thread_time() - tic)
+        cpu[name].append(time.thread_time() - tic)
+        cpu_all[name].append(time.process_time() - tic_all)
         if step == 0:
             runs[name] = {"saved": saved.bytes, "flops": flops.get_total_flops()}
             first_grads[name] = [p.grad.to_local().clone() for p in model.parameters()]   # this rank's shards
-        opt.step()
-        opt.zero_grad()
+        opts[name].step()
+        opts[name].zero_grad()
         ddplab.log(loss=loss, samples=B)
+for name, model in models.items():
     final[name] = [p.detach().to_local().clone() for p in model.parameters()]
-    runs[name].update(cpu=statistics.median(cpu[1:]),      # (step 0 also counted FLOPs)
+    runs[name].update(cpu=statistics.median(cpu[name][1:]),   # (step 0 also counted FLOPs)
+                      thread_share=sum(cpu[name][1:]) / sum(cpu_all[name][1:]),   # this thread's part of the rank's
                       same_grads=all(torch.equal(a, b) for a, b in zip(first_grads["none"], first_grads[name])),
                       same_params=all(torch.equal(a, b) for a, b in zip(final["none"], final[name])))
+model, opt = models["every block"], opts["every block"]    # (kept for part 2; the other two go)
+del models, opts
+torch.set_num_threads(threads)                             # the pool's setting back
 
 # %% [markdown]
 # Now check every rank's measurements against the arithmetic: the bytes saved for backward, the FLOPs,
@@ -261,9 +277,16 @@ for name in (half, every):
 print(say("in every setting, on every rank: the first step's gradients and the parameters after 5 steps are bit for "
           "bit those of the run without checkpointing",
           "在每种设置下、每个 rank 上：第一步的梯度和 5 步之后的参数都与不用激活检查点的那次运行逐位相同"))
+shares = [run[name]["thread_share"] for run in runs for name in settings]
+print(say(f"torch threads per rank: {runs[0]['threads']} in this pool (cores // ranks), 1 for these measurements; the "
+          f"computing thread's CPU time was {min(shares):.0%} to {max(shares):.0%} of all the rank's threads' "
+          "(the ranks and settings)",
+          f"每个 rank 的 torch 线程数：这个进程池是 {runs[0]['threads']} 个（cores // ranks），这些测量中是 1 个；"
+          f"计算的那个线程的 CPU 时间占 rank 所有线程的 {min(shares):.0%} 到 {max(shares):.0%}（各 rank、各设置）"))
 assert flops[none] == flops_without()
 assert [extra[name] for name in settings] == [len(c) for c in settings.values()]   # one product per block
 assert cpu[every] > cpu[none], cpu                    # the recompute is work: it takes CPU time
+assert min(shares) > 0.6, shares                      # torch computed on the timed thread (with 2 it would be ~half)
 
 # %% [markdown]
 # The recompute added exactly **one** `Linear` product per checkpointed block (the `assert` above),
@@ -291,17 +314,18 @@ for r, mine in spans.groupby("rank"):
     inside = [forward[(forward.start >= b.start) & (forward.end <= b.end)] for b in backward.itertuples()]
     recomputed[r] = [len(f) for f in inside]
     recompute_ms[r] = [1000 * float((f.end - f.start).sum()) for f in inside]
-expected = [len(c) for c in settings.values() for _ in range(5)]     # 5 steps per setting
+expected = [len(c) for _ in range(5) for c in settings.values()]     # 5 rounds, a step of each setting
 assert all(counts == expected for counts in recomputed.values()), recomputed
 for i, name in enumerate(settings):
-    n = recomputed[0][5 * i]
-    ms = sum(recompute_ms[0][5 * i:5 * i + 5]) / 5
+    n = recomputed[0][i]
+    ms = sum(recompute_ms[0][i::len(settings)]) / 5
     print(say(f"{NAMES[name]:<18} rank 0: {n} forward spans inside each backward, {ms:.1f} ms of it per step",
               f"{NAMES[name]}：rank 0 每次反向传播之中有 {n} 个前向时间段，每步共 {ms:.1f} ms"))
 
 # %% [markdown]
-# (These are wall-clock times, stretched by the 4 ranks sharing the cores: the count of spans is what
-# to trust here, and the CPU time above is the fair measure of what the recompute costs.)
+# (These are wall-clock times: where the ranks outnumber the cores, they stretch while a rank waits for
+# a core. The count of spans is what to trust here, and the CPU time above is the fair measure of what
+# the recompute costs.)
 #
 # The picture. On the left, the trade: bytes saved for backward against the CPU time of a step. On
 # the right, what each rank holds, measured by ddplab (`tl.memory`, lesson 15) for the parameters and
@@ -309,14 +333,14 @@ for i, name in enumerate(settings):
 # states, but the activations come from the rank's own batch, whole.
 
 # %% [markdown] lang=zh
-# （这些是墙钟时间，会因为 4 个 rank 共用 CPU 核心而被拉长：这里可以信赖的是时间段的个数，而衡量重新计算的代价，公平的尺度是上面的 CPU 时间。）
+# （这些是墙钟时间：在 rank 比 CPU 核心多的地方，rank 等待核心时它们会被拉长。这里可以信赖的是时间段的个数，而衡量重新计算的代价，公平的尺度是上面的 CPU 时间。）
 #
 # 看图。左图是这笔交换：为反向传播保存的字节数与一步的 CPU 时间的对比。右图是每个 rank 持有的东西：参数和 Adam 状态由 ddplab 测量（`tl.memory`，第 15 课），旁边是为反向传播保存的字节数：FSDP2 让每个 rank 只持有模型状态的四分之一，但激活来自 rank 自己的批次，是完整的。
 
 # %%
 from matplotlib.figure import Figure
 
-memory = tl.memory.iloc[0]                           # rank 0: its shards of the last setting's model and Adam
+memory = tl.memory.iloc[0]                           # rank 0: its shards of the model kept (every block) and Adam
 
 
 @draw._styled                                        # the lessons' style and fonts (Chinese labels too)
@@ -386,14 +410,14 @@ assert saved[none] > 2 * states
 # %% [markdown] lang=zh
 # **常见说法 / 实际情况。** 一种常见的说法是：激活检查点能让内存减半，而且没有代价。这次运行中实际发生的是（见上面的输出）：每个块都用激活检查点时，保存的字节数大约是不用时的四分之一，每隔一个块用一次时大约是五分之三；两者都不是一半，因为检查点省下多少，取决于这个块原本要保留什么（这里它的输入是每行 640 个数中的 128 个）。它也不是没有代价：每个使用激活检查点的块的第一次乘法又运行了一遍，每步的 CPU 时间增加的比例见上面的输出。它也碰不到模型状态：参数和 Adam 状态（右图），还有梯度，在每种设置下都是同样的字节数。
 #
-# 这也是为什么 FSDP 和激活检查点总是一起使用。FSDP（第 19 课）分片的是在每个 rank 上都相同的东西，即模型状态，每个 rank 只剩 1/N；激活在每个 rank 上都不同，由它自己的批次算出，FSDP 让它们保持完整。在这里，不用激活检查点时，它们是 rank 那一份模型状态的好几倍（见上面的输出）；在 transformer 中，它们随批大小乘以序列长度而增长。对付它们的工具是激活检查点，有没有 FSDP 都一样用。一种常见的做法是对每个 transformer 层使用激活检查点；每隔一层使用（或者只对层内选定的运算使用）则是少省一些内存，换来少一些重新计算。
+# 这也是为什么 FSDP 和激活检查点相辅相成。FSDP（第 19 课）分片的是在每个 rank 上都相同的东西，即模型状态，每个 rank 只剩 1/N；激活在每个 rank 上都不同，由它自己的批次算出，FSDP 让它们保持完整。在这里，不用激活检查点时，它们是 rank 那一份模型状态的好几倍（见上面的输出）；在 transformer 中，它们随批大小乘以序列长度而增长。对付它们的工具是激活检查点，有没有 FSDP 都一样用。一种常见的做法是对每个 transformer 层使用激活检查点；每隔一层使用（或者只对层内选定的运算使用）则是少省一些内存，换来少一些重新计算。
 
 # %% [markdown]
 # ## 2. A sharded checkpoint: every rank writes its own shards
 #
 # Lesson 11 saved a DDP model from rank 0 alone: under DDP every rank holds the same parameters and
 # optimizer state, so rank 0's copy is everyone's. Under FSDP2 each rank holds a different quarter: here
-# the model trained last (every block checkpointed; activation checkpointing changes nothing in the
+# the model kept from part 1 (every block checkpointed; activation checkpointing changes nothing in the
 # state) and its Adam. `torch.distributed.checkpoint` (DCP) saves it as it lies, called on every rank:
 #
 # - `get_state_dict(model, opt)` gives the model's and the optimizer's state as two dicts keyed by the
@@ -411,7 +435,7 @@ assert saved[none] > 2 * states
 # %% [markdown] lang=zh
 # ## 2. 分片检查点：每个 rank 写下自己的分片
 #
-# 第 11 课只由 rank 0 保存 DDP 模型：在 DDP 下每个 rank 持有相同的参数和优化器状态，所以 rank 0 的那一份就是每个 rank 的那一份。在 FSDP2 下，每个 rank 持有各不相同的四分之一：这里是最后训练的那个模型（每个块都用激活检查点；激活检查点不改变状态里的任何东西）和它的 Adam。`torch.distributed.checkpoint`（DCP）照它们原本分布的样子保存，在每个 rank 上调用：
+# 第 11 课只由 rank 0 保存 DDP 模型：在 DDP 下每个 rank 持有相同的参数和优化器状态，所以 rank 0 的那一份就是每个 rank 的那一份。在 FSDP2 下，每个 rank 持有各不相同的四分之一：这里是第 1 部分留下的那个模型（每个块都用激活检查点；激活检查点不改变状态里的任何东西）和它的 Adam。`torch.distributed.checkpoint`（DCP）照它们原本分布的样子保存，在每个 rank 上调用：
 #
 # - `get_state_dict(model, opt)` 给出模型和优化器的状态，是两个以参数名为键的字典：其中是 DTensor，它们的本地部分就是这个 rank 的分片（还有 Adam 的步数计数，它们是普通张量，每个 rank 上都一样）；
 # - `dcp.save(state, checkpoint_id=folder)` 在每个 rank 上制定一个计划，经由 rank 0 协商一致（谁写什么，同一个张量不写两次），然后每个 rank 写自己的文件；rank 0 另外写下 `.metadata`，即每个张量的每一块放在哪里的地图。

@@ -110,37 +110,47 @@ def sent_on_eight(answer, run):
 def prefetch_on_cpu(answer, run):
     choice = letter(answer, ("a", "b", "c", "d"))
     if choice == "d":
-        return right(f"FSDP2 calls the all-gather with async_op=False, and on CPU it returns only when done: the "
-                     f"prefetch changed the order, not the overlap, as in the forward, where part 2 measured "
-                     f"{run['overlap_ms']:.2f} ms of all-gathers in flight while a block computed.",
-                     f"FSDP2 以 async_op=False 调用 all-gather，在 CPU 上它要等完成才返回：预取改变的是顺序，而不是重叠，"
-                     f"前向也是如此：第 2 部分测得块计算时仍在进行的 all-gather 为 {run['overlap_ms']:.2f} ms。")
+        return right(f"FSDP2 gathers with async_op=False in backward as in forward, and on CPU that call returns only "
+                     f"once the all-gather is done: the prefetch changes the order, not the overlap. The lesson measured "
+                     f"it in the forward, {run['overlap_ms']:.2f} ms of FSDP2's all-gathers in flight while a block "
+                     "computed; backward's blocks were not timed, so to see it there, time them with hooks of your own.",
+                     f"FSDP2 在反向中和在前向中一样以 async_op=False 收集，而在 CPU 上这个调用要等 all-gather 完成才返回："
+                     f"预取改变的是顺序，而不是重叠。本课在前向中测量了这一点：块计算时仍在进行的 FSDP2 all-gather 为 "
+                     f"{run['overlap_ms']:.2f} ms；反向中的各块没有计时，想在那里看到它，就用你自己的钩子给它们计时。")
     if choice == "a":
         return wrong("torch.cpu.Stream does nothing: CPU operations run on the thread that calls them, when it calls "
                      "them.",
                      "torch.cpu.Stream 什么也不做：CPU 上的操作在调用它的线程上、在调用的那一刻运行。")
     if choice == "b":
-        return wrong("the all-gather came before block k's gradients were computed, and the reduce-scatter needs those "
+        return wrong("the all-gather comes before block k's gradients are computed, and the reduce-scatter needs those "
                      "gradients.",
                      "all-gather 发生在块 k 的梯度算出之前，而 reduce-scatter 需要这些梯度。")
     return wrong("the optimizer steps once backward is over, after every reduce-scatter.",
                  "优化器在反向结束之后、所有 reduce-scatter 完成之后才更新。")
 
 
-@exercise("19.4", solution=lambda run: "a", mistake=lambda run: "c")
-def zero2_trade(answer, run):
+@exercise("19.4", solution=lambda run: "a", mistake=lambda run: "b")
+def shard_grad_op(answer, run):
     choice = letter(answer, ("a", "b", "c", "d"))
     if choice == "a":
-        return right(f"part 3 counted {run['backward_gathers']} all-gathers in backward, and the whole parameters "
-                     "piled up through the forward until backward freed them block by block.",
+        return right(f"part 3 counted {run['backward_gathers']} all-gathers in backward, the whole parameters piled up "
+                     "through the forward until backward freed them block by block, and between steps each rank held "
+                     f"FSDP2's shards, {run['held_mb']:.2f} MB on rank 0: ZeRO-2's communication, not its memory.",
                      f"第 3 部分在反向中数到 {run['backward_gathers']} 次 all-gather，完整的参数在前向中逐块累积，直到反向"
-                     "才逐块释放。")
+                     f"才逐块释放；而在两步之间每个 rank 持有的是 FSDP2 的分片，rank 0 为 {run['held_mb']:.2f} MB："
+                     "这是 ZeRO-2 的通信方式，而不是它的内存。")
     if choice == "b":
-        return wrong(f"part 3 still counted {run['reduce_scatters']} reduce-scatters per step: the gradients stay sharded.",
-                     f"第 3 部分每步仍然数到 {run['reduce_scatters']} 次 reduce-scatter：梯度仍然是分片的。")
+        return wrong(f"part 3 checked that between steps each rank held the same shards as FSDP2's default "
+                     f"({run['held_mb']:.2f} MB on rank 0, where ZeRO-2's p + (g + s)/N would be {run['zero2_mb']:.2f} MB): "
+                     "FSDP2 reshards after backward.",
+                     f"第 3 部分核对过：在两步之间，每个 rank 持有的分片与 FSDP2 默认设置时相同（rank 0 为 "
+                     f"{run['held_mb']:.2f} MB，而 ZeRO-2 的 p + (g + s)/N 会是 {run['zero2_mb']:.2f} MB）："
+                     "FSDP2 在反向之后重新分片。")
     if choice == "c":
-        return wrong("part 3 checked that between steps each rank held the same shards as FSDP2's default: FSDP2 "
-                     "reshards after backward.",
-                     "第 3 部分核对过：在两步之间，每个 rank 持有的分片与 FSDP2 默认设置时相同：FSDP2 在反向之后重新分片。")
-    return wrong("FSDP2 never shards activations: every rank keeps those of its own batch.",
-                 "FSDP2 从不分片激活值：每个 rank 都保留自己批次的激活值。")
+        return wrong(f"part 3 counted {run['backward_gathers']} all-gathers in backward: the whole parameters are still "
+                     "there, so there is nothing to gather.",
+                     f"第 3 部分在反向中数到 {run['backward_gathers']} 次 all-gather：完整的参数还在，没有什么需要收集。")
+    return wrong(f"part 3 still counted {run['reduce_scatters']} reduce-scatters per step: each rank updates only its "
+                 "shard, so it needs only its shard's summed gradients.",
+                 f"第 3 部分每步仍然数到 {run['reduce_scatters']} 次 reduce-scatter：每个 rank 只更新自己的分片，"
+                 "所以它只需要自己那一份的梯度之和。")

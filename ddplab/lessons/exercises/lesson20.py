@@ -89,11 +89,11 @@ def sequence_parallel_bytes(answer, run):
                  "每一片是激活的 1/N。")
 
 
-@exercise("20.4", solution=lambda run: "c", mistake=lambda run: "a")
+@exercise("20.4", solution=lambda run: "b", mistake=lambda run: "a")
 def mesh_layout(answer, run):
     choice = letter(answer, ("a", "b", "c", "d"))
     share = run["tp_share"]
-    if choice == "c":
+    if choice == "b":
         return right(f"the tensor-parallel all-reduces stop every block's forward and backward until they are done "
                      f"({share:.0%} of rank 0's forward here, on loopback), so they need the fastest links. With "
                      "ddplab.mesh(2, 4, names=('dp', 'tp')) and ranks numbered machine by machine, each row of 4, "
@@ -104,11 +104,21 @@ def mesh_layout(answer, run):
                      "走机器之间的网络。")
     if choice == "a":
         return wrong("tensor parallelism sends the activations of every block twice per step: more bytes than a "
-                     "step's weights at real batch sizes, and on the critical path.",
-                     "张量并行每一步对每个块的激活传两次：在真实的批大小下比一步的权重字节数还多，而且处在关键路径上。")
-    if choice == "d":
-        return wrong("sequence parallelism sends the same bytes as the all-reduce it replaces (part 3).",
-                     "序列并行发送的字节数与它替换掉的 all-reduce 相同（第 3 部分）。")
-    return wrong("the bytes may be alike; what differs is when the next computation can start. Which of the two can "
-                 "run ahead of the computation that needs it?",
-                 "字节数可能差不多；不同的是下一步计算什么时候能开始。两者中哪一个可以在需要它的计算之前提前运行？")
+                     "step's weights at real batch sizes (part 2: this block's were equal at about 4H tokens per step), "
+                     "and on the critical path.",
+                     "张量并行每一步对每个块的激活传两次：在真实的批大小下比一步的权重字节数还多（第 2 部分：这个块在每步约 "
+                     "4H 个词元时两者相等），而且处在关键路径上。")
+    if choice == "c":
+        ratio = run.get("sp_ratio")
+        measured = (f" (on this gloo part 3 measured {ratio:.2f} times tensor parallelism's bytes)" if ratio else "")
+        measured_zh = (f"（在这个 gloo 上，第 3 部分测得它是张量并行字节数的 {ratio:.2f} 倍）" if ratio else "")
+        return wrong(f"sequence parallelism sends as many bytes as the all-reduces on a ring, and more on gloo{measured}; "
+                     "smaller messages, twice as many, pay the network's latency more often. And each of them still "
+                     "holds up the computation that follows.",
+                     f"序列并行在环上发送的字节数与 all-reduce 相同，在 gloo 上更多{measured_zh}；消息更小、数量加倍，"
+                     "付出网络延迟的次数就更多。而且每一次仍然会拖住紧随其后的计算。")
+    return wrong("with ranks numbered machine by machine, ddplab.mesh(2, 4) puts one machine in each row: the "
+                 "collectives of the dimension of size 4 stay inside a machine, and only the other dimension's cross "
+                 "the network. Which collectives should those be?",
+                 "按机器依次给 rank 编号时，ddplab.mesh(2, 4) 让每一行正好是一台机器：大小为 4 的那个维度上的集合通信"
+                 "留在机器内部，只有另一个维度上的才经过网络。应该让哪一种走网络？")
