@@ -66,7 +66,7 @@ from ddplab.lessons import check, draw, say
 
 # %%
 import os
-from ddplab.system import usable_cores
+from ddplab.shared.system import usable_cores
 
 cores = os.cpu_count()
 usable = usable_cores()            # the affinity mask (os.sched_getaffinity), capped by a container's CPU quota

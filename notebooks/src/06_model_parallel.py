@@ -325,7 +325,7 @@ assert all(later[0] >= earlier[1] - 1e-3 for earlier, later in zip(one, one[1:])
 # with 8, rank 1 already works on micro-batch 0 before rank 0 has finished its forwards
 assert events[1][8][0][0] < events[0][8][7][1], (events[0][8], events[1][8])
 import os
-from ddplab.system import usable_cores
+from ddplab.shared.system import usable_cores
 
 n_stages = len(events)                                    # one stage per rank
 perfect = {m: n_stages * m / (m + n_stages - 1) for m in (1, 4, 8)}

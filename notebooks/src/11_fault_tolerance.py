@@ -167,7 +167,7 @@ print(say(f"every rank holds the same parameters (checksum {after_60[0][0]!r}) a
 # %% [markdown]
 # ## What a checkpoint holds, in plain torch
 #
-# `ddplab.checkpoint` is a few lines of plain torch (`ddplab/checkpoint.py`). `save(path, model,
+# `ddplab.checkpoint` is a few lines of plain torch (`ddplab/rank/checkpoint.py`). `save(path, model,
 # opt, step)`, called on every rank, does this on rank 0:
 #
 # ```python
@@ -214,7 +214,7 @@ print(say(f"every rank holds the same parameters (checksum {after_60[0][0]!r}) a
 # %% [markdown] lang=zh
 # ## 用普通的 torch 代码看检查点里有什么
 #
-# `ddplab.checkpoint` 只是几行普通的 torch 代码（`ddplab/checkpoint.py`）。`save(path, model, opt, step)` 在每个 rank 上调用，而在 rank 0 上做的是：
+# `ddplab.checkpoint` 只是几行普通的 torch 代码（`ddplab/rank/checkpoint.py`）。`save(path, model, opt, step)` 在每个 rank 上调用，而在 rank 0 上做的是：
 #
 # ```python
 # state = {"model": model.module.state_dict(),   # DDP 里面的模块：键不带 "module." 前缀
@@ -579,7 +579,7 @@ check("11.2", answer)
 # %% [markdown]
 # **11.3** Someone replaces `run.pt` with a file whose `extra` holds an object of a class of their
 # own (a pickled Python object). What does `ddplab.checkpoint.load(path, model, opt)` do on the 4
-# ranks? Read `ddplab/checkpoint.py` if you like, and answer with a letter:
+# ranks? Read `ddplab/rank/checkpoint.py` if you like, and answer with a letter:
 #
 # - (a) it loads the file: ddplab reads checkpoints with `weights_only=False`
 # - (b) rank 0 raises, and ranks 1-3 wait in the broadcast until the group's timeout
@@ -587,7 +587,7 @@ check("11.2", answer)
 #   `ValueError` saying the file holds more than tensors and plain values, and nothing is loaded
 
 # %% [markdown] lang=zh
-# **11.3** 有人把 `run.pt` 换成了一个文件，它的 `extra` 里有一个他自己定义的类的对象（一个 pickle 过的 Python 对象）。`ddplab.checkpoint.load(path, model, opt)` 在 4 个 rank 上会怎样？愿意的话可以读一读 `ddplab/checkpoint.py`，然后写一个字母：
+# **11.3** 有人把 `run.pt` 换成了一个文件，它的 `extra` 里有一个他自己定义的类的对象（一个 pickle 过的 Python 对象）。`ddplab.checkpoint.load(path, model, opt)` 在 4 个 rank 上会怎样？愿意的话可以读一读 `ddplab/rank/checkpoint.py`，然后写一个字母：
 #
 # - (a) 加载这个文件：ddplab 用 `weights_only=False` 读取检查点
 # - (b) rank 0 抛出错误，rank 1-3 则在广播中一直等到进程组超时

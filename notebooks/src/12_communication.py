@@ -143,7 +143,7 @@ draw.lines(None, panels=[
 # 在这台机器上，“网络”是回环接口：搬运字节是 CPU 的工作（经过操作系统内核的拷贝），而且由各 rank 共享的那几个核心来完成。这对本次运行的影响如下：
 
 # %%
-from ddplab.config import cores
+from ddplab.shared.config import cores
 
 small, large = [min(seconds[2][:3]), min(seconds[4][:3])], [seconds[2][-1], seconds[4][-1]]
 print(say(f"The small all-reduces (4 to 64 kB) took {1e6 * small[0]:.0f} µs at best with 2 ranks and {1e6 * small[1]:.0f} µs with 4; "

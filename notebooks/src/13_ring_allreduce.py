@@ -390,7 +390,7 @@ draw.lines(None, panels=[
 # 本次运行的数字说明了什么。这些数字波动较大：4 个进程与本机上运行的其他程序共享 CPU 核心。再运行一次计时单元格，看看它们变化多大。
 
 # %%
-from ddplab.config import cores
+from ddplab.shared.config import cores
 
 ring, gloo, naive = seconds["ring"], seconds["all_reduce"], seconds["naive"]
 print(say(f"4 KB on 4 ranks ({cores()} cores for them): hand ring {1e3 * ring[0]:.2f} ms ({1e3 * ring[0] / 6:.2f} ms for "
@@ -666,7 +666,7 @@ print(say(f"every rank's send failed when ddplab cut the links, {lab().config.ti
 
 # %%
 %ddp_step c
-from ddplab.errors import RankFailed
+from ddplab import RankFailed
 
 try:
     lab().wait(30)

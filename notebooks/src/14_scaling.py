@@ -46,7 +46,7 @@
 # %%
 %load_ext ddplab
 import os
-from ddplab.config import cores
+from ddplab.shared.config import cores
 from ddplab.lessons import check, draw, say
 
 # %% [markdown]

@@ -384,7 +384,7 @@ stacked([dict(bars=bars, parts={"files": say("files (libraries, program)", "文�
 #   size above). These pages are read from the same files, so the operating system shares them between
 #   the ranks: adding up the 4 ranks' rss counts them 4 times.
 # - **pages shared since the fork**: by default ddplab starts the ranks on this machine by forking them from one
-#   process that imported torch first (its fork server, `ddplab/zygote.py`). What that process had in
+#   process that imported torch first (its fork server, `ddplab/processes/zygote.py`). What that process had in
 #   memory, each rank shares with it until the rank writes a page. rss counts shared pages in full in
 #   every process; `uss` (printed above where the system reports it) counts only a rank's own.
 # - **Python and torch's own objects**: every imported module (torch imports hundreds), torch's table of
@@ -405,7 +405,7 @@ stacked([dict(bars=bars, parts={"files": say("files (libraries, program)", "文�
 # 在还没有任何模型之前，每个 rank 上的“其余部分”就已经包括：
 #
 # - **库**：torch 编译好的代码，首先是 `libtorch_cpu.so`（所有 CPU 算子所在的库），以及 Python 自己的库。只有 rank 访问过的页才计入（对比上面每个文件在 rss 中的份额和文件的大小）。这些页读自同样的文件，所以操作系统让各 rank 共享它们：把 4 个 rank 的 rss 加起来，会把它们算 4 次。
-# - **fork 之后仍共享的页**：默认情况下，ddplab 在本机启动各 rank 的方式，是从一个先导入了 torch 的进程（它的 fork 服务器，`ddplab/zygote.py`）fork 出它们。那个进程内存中已有的东西，每个 rank 都与它共享，直到 rank 写了那一页为止。rss 在每个进程中都把共享的页算作完整的一份；`uss`（系统提供时见上面的输出）只统计一个 rank 独有的页。
+# - **fork 之后仍共享的页**：默认情况下，ddplab 在本机启动各 rank 的方式，是从一个先导入了 torch 的进程（它的 fork 服务器，`ddplab/processes/zygote.py`）fork 出它们。那个进程内存中已有的东西，每个 rank 都与它共享，直到 rank 写了那一页为止。rss 在每个进程中都把共享的页算作完整的一份；`uss`（系统提供时见上面的输出）只统计一个 rank 独有的页。
 # - **Python 和 torch 自己的对象**：每个导入的模块（torch 会导入几百个），torch 的算子及其内核的注册表，解释器的对象，运行 `%%ddp` 单元格的引擎，以及各线程的栈。
 # - **分配器**：torch 向 C 库的分配器申请张量的内存。大块内存（比如那个 64 MiB 的）直接来自操作系统，写过之后才计入；小块则从堆中切出，堆可能把释放的内存留着以后再用，所以释放一个张量时 rss 不一定下降。
 #

@@ -496,7 +496,7 @@ print(say("Rank 0's Python thread sleeps in c10d::Work::wait, on a condition var
 
 # %%
 %ddp_interrupt
-from ddplab.errors import RankFailed
+from ddplab import RankFailed
 
 try:
     lab().wait(30)                                  # %ddp_wait, from code (it would show the failure as an error)
