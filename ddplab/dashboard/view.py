@@ -16,24 +16,44 @@ The Lab calls a view with its `Live` (run_state: rank states and facts; metrics:
 A view that raises is reported once on stderr and left alone for the rest of the cell: it never
 breaks a cell. No widget imports here: the Lab imports this module.
 """
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Protocol
+
+if TYPE_CHECKING:
+    from ..shared.metrics import LiveMetrics
+    from ..shared.state import RunState
+
+
+class Live(Protocol):
+    """What a view is given: the Lab's `Live` (kernel/telemetry.py, above this module), as far as views read it."""
+
+    @property
+    def run_state(self) -> RunState: ...
+
+    @property
+    def metrics(self) -> LiveMetrics: ...
+
+    @property
+    def spans(self) -> object: ...  # the running cell's timeline.CellSpans, or None
 
 
 class View:
     """A view that shows nothing: the default for scripts (and the base of every view)."""
 
-    threadsafe = False
-    shows_progress = False
-    background = False
+    threadsafe: bool = False
+    shows_progress: bool = False
+    background: bool = False
 
-    def begin(self, live):
+    def begin(self, live: Live) -> None:
         pass
 
-    def update(self, live):
+    def update(self, live: Live) -> None:
         pass
 
-    def end(self, live):
+    def end(self, live: Live) -> None:
         pass
 
-    def show(self):
+    def show(self) -> None:
         pass
 

@@ -14,8 +14,11 @@ traitlets, the IPython way, so they can be set like any IPython option:
 Pure: no torch, IPython or widget imports. Also the machine as the settings see it: cores(),
 default_ranks(), max_local_ranks().
 """
+from __future__ import annotations
+
 import os
 from dataclasses import dataclass
+from typing import Any
 
 from traitlets import Bool, Float, Int, TraitError, Unicode, default, observe, validate
 from traitlets.config import SingletonConfigurable
@@ -98,45 +101,45 @@ class DDPLab(SingletonConfigurable):
                       "logger at DEBUG level. Default: $DDPLAB_DEBUG.").tag(config=True)
 
     @validate("log_level")
-    def _check_log_level(self, proposal):
+    def _check_log_level(self, proposal: Any) -> str:
         level = str(proposal["value"]).upper()
         if level not in ("DEBUG", "INFO", "WARNING", "ERROR"):
             raise TraitError(f"DDPLab.log_level must be DEBUG, INFO, WARNING or ERROR, got {proposal['value']!r}")
         return level
 
     @observe("log_level")
-    def _set_log_level(self, change):
+    def _set_log_level(self, change: Any) -> None:
         show_log(change["new"])
 
     @default("lang")
-    def _lang_from_env(self):
+    def _lang_from_env(self) -> str:
         if os.environ.get("DDPLAB_LANG") in ("en", "zh"):
             return os.environ["DDPLAB_LANG"]
         notebook = os.environ.get("JPY_SESSION_NAME", "")  # set by jupyter_server: the notebook's path
         return "zh" if "zh" in notebook.replace("\\", "/").split("/")[:-1] else "en"
 
     @default("compile_cache")
-    def _compile_cache_default(self):
+    def _compile_cache_default(self) -> str:
         from .privacy import default_compile_cache
 
         return default_compile_cache()
 
     @default("cores")
-    def _cores_from_env(self):
+    def _cores_from_env(self) -> int:
         value = os.environ.get("DDPLAB_CORES", "")
         return int(value) if value.isdigit() else 0
 
     @default("debug")
-    def _debug_from_env(self):
+    def _debug_from_env(self) -> bool:
         return os.environ.get("DDPLAB_DEBUG", "") not in ("", "0")
 
 
-def tunables():
+def tunables() -> DDPLab:
     """The one DDPLab instance (made on first use; %load_ext ddplab gives it the shell's config)."""
     return DDPLab.instance()
 
 
-def show_log(level):
+def show_log(level: str | int) -> None:
     """Print the 'ddplab' logger's records of `level` and above to stderr (one handler, made once)."""
     import logging
     import sys
@@ -149,7 +152,7 @@ def show_log(level):
         handler = logging.StreamHandler(sys.stderr)
         handler.setFormatter(logging.Formatter("ddplab [%(levelname)s] %(message)s"))
         handler.addFilter(REDACT)  # no key in a log line, whichever of ddplab's loggers made it
-        handler._ddplab = True
+        handler._ddplab = True  # type: ignore[attr-defined]  # (our mark: the handler made once)
         logger.addHandler(handler)
 
 
@@ -157,18 +160,18 @@ ENGINE_MB = 350  # resident memory of one engine with torch imported (measured ~
 MAX_DEFAULT_RANKS = 4
 
 
-def cores():
+def cores() -> int:
     """CPUs the pool may use: DDPLab.cores if set, else what this process may really use
     (system.usable_cores: the affinity mask, capped by a container's CPU quota)."""
     return tunables().cores if tunables().cores > 0 else usable_cores()
 
 
-def default_ranks():
+def default_ranks() -> int:
     """Two ranks at least (one rank teaches nothing about communication), cores at most 4."""
     return min(MAX_DEFAULT_RANKS, max(2, cores()))
 
 
-def max_local_ranks():
+def max_local_ranks() -> int:
     """How many engines this machine can hold: 4 per core, and the memory they need."""
     import psutil
 
@@ -176,7 +179,7 @@ def max_local_ranks():
     return max(1, min(max(8, 4 * cores()), by_memory))
 
 
-def _whole(value, what, low):
+def _whole(value: object, what: str, low: int) -> int | None:
     if value is None:
         return None
     if isinstance(value, bool) or not isinstance(value, int):
@@ -186,7 +189,7 @@ def _whole(value, what, low):
     return value
 
 
-def _seconds(value, what, limit=86400):
+def _seconds(value: object, what: str, limit: float = 86400) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < limit:
         raise BadRequest(f"{what} must be a positive number of seconds (under a day), got {value!r}")
     return float(value)
@@ -210,7 +213,7 @@ class PoolConfig:
     dashboard: how the notebook shows it; start_timeout: seconds a start may take.
     """
 
-    ranks: int
+    ranks: int | None  # (None: an attached pool, every engine registered)
     timeout: float
     threads: int
     rendezvous: str = "file"
@@ -225,21 +228,23 @@ class PoolConfig:
     encrypt: bool = False
 
     @property
-    def local(self):
+    def local(self) -> bool:
         return self.launcher in LAUNCHERS
 
-    def say(self, text, **values):
+    def say(self, text: str, **values: Any) -> str:
         """A message in the pool's language (words.say): config.say("stopped {n} ranks", n=4)."""
         return say(self.lang, text, **values)
 
     @property
-    def attached(self):
+    def attached(self) -> bool:
         return self.launcher == ATTACHED
 
     @classmethod
-    def make(cls, ranks=None, timeout=None, threads=None, *, rendezvous="file", launcher=None, lang=None,
-             dashboard=None, start_timeout=None, connect=None, profile=None, cluster_id=None, ifname=None,
-             encrypt=False):
+    def make(cls, ranks: int | None = None, timeout: float | None = None, threads: int | None = None, *,
+             rendezvous: str = "file", launcher: str | None = None, lang: str | None = None,
+             dashboard: bool | None = None, start_timeout: float | None = None, connect: str | None = None,
+             profile: str | None = None, cluster_id: str | None = None, ifname: str | None = None,
+             encrypt: bool = False) -> PoolConfig:
         """Check every setting once; None takes the DDPLab default. Raises BadRequest (one line)."""
         from .system import free_gib
 
@@ -256,7 +261,7 @@ class PoolConfig:
         timeout = _seconds(t.timeout if timeout is None else timeout, "timeout")
         threads = _whole(threads, "threads per rank", 1)
         if threads is None:
-            threads = max(1, cores() // ranks) if launcher in LAUNCHERS else 0  # 0: per host, on the ranks
+            threads = max(1, cores() // ranks) if launcher in LAUNCHERS and ranks else 0  # 0: per host, on the ranks
         if rendezvous != "file" and not (str(rendezvous).startswith("tcp://") and launcher in LAUNCHERS):
             raise BadRequest(f"rendezvous must be 'file' or (a local pool) 'tcp://HOST:PORT', got {rendezvous!r}; "
                              "pools across hosts use ddplab's signed store on rank 0")
@@ -278,7 +283,7 @@ class PoolConfig:
                    bool(encrypt))
 
 
-def _launcher(launcher, connect, profile, cluster_id):
+def _launcher(launcher: object, connect: str | None, profile: str | None, cluster_id: str | None) -> str:
     """Which kind of pool the options ask for (checks they fit together)."""
     if connect is not None and profile is not None:
         raise BadRequest("--connect and --profile both say where the controller is: give one")

@@ -6,9 +6,14 @@ sends each rank's line and collective while a cell runs longer than a second). P
   on a peer they wait for), or waiting for ranks that finished the cell, or that do not run it.
 - HINTS: what learners do by mistake (in Chinese too: zh.py).
 """
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from .words import say
+
+WhereRecord = Mapping[str, Any]  # where a rank is (wire.Where: line, op, group, shape, dtype, since, calls)
+CallsRecord = Mapping[str, Any]  # the collectives a finished rank entered (wire.Calls: {"calls": n, "last": where})
 
 # (Not DDPLab settings: what counts as waiting is part of what the diagnosis means, and the lessons
 # and tests teach it as it is; a collective takes milliseconds here, a second is far beyond.)
@@ -58,23 +63,23 @@ HINTS = {  # what learners do by mistake, in English (zh.py: in Chinese)
 @dataclass
 class Mismatch:
     text: str
-    ranks: list  # every rank involved
+    ranks: list[int]  # every rank involved
 
 
-def _t(lang):
+def _t(lang: str) -> dict[str, str]:
     return {key: say(lang, text) for key, text in TEXTS.items()}
 
 
-def _wait(ranks, lang):
+def _wait(ranks: Sequence[int], lang: str) -> str:
     return say(lang, "waits" if len(ranks) == 1 else "wait")
 
 
-def who(ranks, lang="en"):
+def who(ranks: Collection[int], lang: str = "en") -> str:
     t = _t(lang)
     return f"{t['rank'] if len(ranks) == 1 else t['ranks']} {say(lang, 'list|, ').join(map(str, sorted(ranks)))}"
 
 
-def call(where, lang="en", line=True):
+def call(where: WhereRecord, lang: str = "en", line: bool = True) -> str:
     """all_reduce(float32 [1], default group) at line 7"""
     t = _t(lang)
     tensor = f"{where['dtype']} {where['shape']}" if where.get("dtype") else ""
@@ -86,21 +91,22 @@ def call(where, lang="en", line=True):
     return say(lang, "{op}({inside}) at line {line}", op=where["op"], inside=inside, line=where["line"])
 
 
-def timed_out(ranks, op, seconds, lang="en"):
+def timed_out(ranks: Collection[int], op: str, seconds: float, lang: str = "en") -> str:
     """The sentence for ranks cut after waiting longer than the pool's collective timeout."""
     return say(lang, "{who} waited in {op} longer than the pool's collective timeout ({seconds:g} s, %ddp_start "
                "--timeout): ddplab cut it, as gloo would have failed it", who=who(ranks, lang), op=op, seconds=seconds)
 
 
-def where_text(wheres, lang="en", stopped=None):
+def where_text(wheres: Mapping[int, WhereRecord | None], lang: str = "en",
+               stopped: Mapping[int, Mapping[str, Any] | None] | None = None) -> str:
     """One line for the ranks of a long cell: {rank: where or None} -> text ('' if nothing known).
     stopped: {rank: where it stopped} of ranks stopped at a breakpoint (the others' waits are for them)."""
     t = _t(lang)
     stopped = stopped or {}
-    groups = {}
+    groups: dict[str, list[int]] = {}
     for r, w in sorted(wheres.items()):
         if r in stopped:
-            groups.setdefault(t["stopped"].format(line=stopped[r].get("line")), []).append(r)
+            groups.setdefault(t["stopped"].format(line=(stopped[r] or {}).get("line")), []).append(r)
             continue
         if not w:
             continue
@@ -115,7 +121,7 @@ def where_text(wheres, lang="en", stopped=None):
     return t["sep"].join(f"{who(ranks, lang)}: {key}" for key, ranks in groups.items())
 
 
-def _members(group, world_size):
+def _members(group: str | None, world_size: int) -> set[int] | None:
     if group == "default":
         return set(range(world_size))
     if group and group.startswith("ranks "):
@@ -126,24 +132,26 @@ def _members(group, world_size):
     return None
 
 
-def _same_point(a, b):
+def _same_point(a: WhereRecord, b: WhereRecord) -> bool:
     """Whether two ranks are at the same collective of the cell (the k-th they entered). A rank
     that lags, still in the k-th while a peer waits in the next, is slow, not mismatched."""
     return a.get("calls") is None or b.get("calls") is None or a["calls"] == b["calls"]
 
 
-def _signature(w):
+def _signature(w: WhereRecord) -> tuple[Any, ...]:
     return (w["op"], w.get("group"), tuple(w.get("shape") or ()), w.get("dtype"))
 
 
-def _completed(finished_calls, w):
+def _completed(finished_calls: CallsRecord | None, w: WhereRecord) -> bool:
     """Whether a finished rank's last collective was the very one `w` waits in (its k-th, same signature)."""
-    last = (finished_calls or {}).get("last")
-    return bool(last and last.get("op") and finished_calls.get("calls") == w.get("calls") is not None
+    done = finished_calls or {}
+    last = done.get("last")
+    return bool(last and last.get("op") and done.get("calls") == w.get("calls") is not None
                 and _signature(last) == _signature(w))
 
 
-def _entered_by_all(w, members, wheres, running, finished, calls):
+def _entered_by_all(w: WhereRecord, members: Iterable[int], wheres: Mapping[int, WhereRecord | None],
+                    running: Collection[int], finished: Collection[int], calls: Mapping[int, CallsRecord | None]) -> bool:
     """Whether every member of w's group entered the very collective w waits in (the same k-th one,
     op, group, shape and dtype): the ranks that finished went through it, so it is not stuck, only
     late to say so (a slow rank, a busy machine). Shapes that differ are a mismatch, even when gloo
@@ -165,7 +173,9 @@ def _entered_by_all(w, members, wheres, running, finished, calls):
     return True
 
 
-def mismatch(wheres, running, finished, world_size, lang="en", cell_ranks=None, calls=None):
+def mismatch(wheres: Mapping[int, WhereRecord | None], running: Collection[int], finished: Collection[int],
+             world_size: int, lang: str = "en", cell_ranks: Iterable[int] | None = None,
+             calls: Mapping[int, CallsRecord | None] | None = None) -> Mismatch | None:
     """A Mismatch if ranks wait in collectives that can never finish, else None.
 
     wheres: rank -> where (probe.py) of the ranks still running; finished: ranks of the cell that
@@ -194,7 +204,7 @@ def mismatch(wheres, running, finished, world_size, lang="en", cell_ranks=None, 
         # waited for a moment only
         peers = [wheres.get(q) for q in members & set(running)]
         completed = (w["op"] in SYMMETRIC and bool(gone) and all(_completed(calls.get(g), w) for g in gone)
-                     and all(_signature(v) == _signature(w) for v in peers if (v or {}).get("op"))
+                     and all(_signature(v) == _signature(w) for v in peers if v and v.get("op"))
                      and (all(v is not None for v in peers) or (w.get("since") or 0) < SKIPPED + 3))
         if gone and not completed and (w.get("since") or 0) >= SKIPPED:
             k = w.get("calls")
@@ -202,14 +212,14 @@ def mismatch(wheres, running, finished, world_size, lang="en", cell_ranks=None, 
                     ((calls.get(g) or {}).get("calls") or 0) > k for g in gone):
                 continue  # a finished rank went past this collective: the waiting rank's report is old
             others = sorted(q for q in members & set(running) if q not in same)
-            known = {q: wheres[q] for q in others if (wheres.get(q) or {}).get("op")}
+            known = {q: v for q in others if (v := wheres.get(q)) and v.get("op")}
             if len(known) < len(others) and w["since"] < SKIPPED + 3:
                 continue  # a moment for the other running ranks' stacks to say where they wait
             return Mismatch(_waiting_for_finished(w, same, gone, calls, lang, known), same + others + gone)
-        others = {q: v for q, v in waiting.items() if q in members and _signature(v) != _signature(w)
-                  and _same_point(v, w)}
-        if others and all(q in waiting for q in members & set(running)):
-            by_call = {}
+        clashing = {q: v for q, v in waiting.items() if q in members and _signature(v) != _signature(w)
+                    and _same_point(v, w)}
+        if clashing and all(q in waiting for q in members & set(running)):
+            by_call: dict[str, list[int]] = {}
             for q in sorted(members & set(waiting)):
                 by_call.setdefault(call(waiting[q], lang), []).append(q)
             text = t["sep"].join(t["called"].format(who=who(qs, lang), call=c)
@@ -218,7 +228,8 @@ def mismatch(wheres, running, finished, world_size, lang="en", cell_ranks=None, 
     return None
 
 
-def _waiting_for_finished(w, same, gone, calls, lang, others=None):
+def _waiting_for_finished(w: WhereRecord, same: list[int], gone: list[int], calls: Mapping[int, CallsRecord | None],
+                          lang: str, others: Mapping[int, WhereRecord] | None = None) -> str:
     """Ranks wait in collective number k of the cell for ranks that finished it: what those did
     (and where the other ranks still running wait: others, rank -> where)."""
     t = _t(lang)
@@ -227,7 +238,7 @@ def _waiting_for_finished(w, same, gone, calls, lang, others=None):
         text = t["skipped"].format(who=who(same, lang), wait=_wait(same, lang), call=call(w, lang),
                                    peers=who(gone, lang))
         return t["sep"].join([text, *_waiting(others or {}, lang)])
-    parts = {}
+    parts: dict[str, list[int]] = {}
     for g in gone:
         done = calls.get(g) or {}
         last = done.get("last")
@@ -239,13 +250,13 @@ def _waiting_for_finished(w, same, gone, calls, lang, others=None):
     return t["waits_for"].format(who=who(same, lang), wait=_wait(same, lang), call=call(w, lang), peers=peers)
 
 
-def _waiting(wheres, lang):
+def _waiting(wheres: Mapping[int, WhereRecord], lang: str) -> list[str]:
     """'rank 2 waits in all_reduce(...)' for each kind of call the given ranks wait in."""
-    t, groups = _t(lang), {}
+    t, groups = _t(lang), dict[str, list[int]]()
     for q, v in sorted(wheres.items()):
         groups.setdefault(call(v, lang), []).append(q)
     return [t["waits_in"].format(who=who(qs, lang), wait=_wait(qs, lang), call=c) for c, qs in groups.items()]
 
 
-def hint_text(key, lang="en", **values):
+def hint_text(key: str, lang: str = "en", **values: Any) -> str:
     return say(lang, HINTS[key], **values)

@@ -1,14 +1,19 @@
 """Errors ddplab raises. Each message says what happened and what to do next."""
+from __future__ import annotations
+
 import re
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 ANSI = re.compile(r"\x1b\[[0-9;]*m")
+Say = Callable[..., str]  # words.say for one language: say(text, **values) (errors cannot import words)
 
 
 class DDPLabError(Exception):
     """Base class of every ddplab error."""
 
-    def _render_traceback_(self):
+    def _render_traceback_(self) -> list[str]:
         # In IPython: one line that says what to do, no traceback into ddplab's own code.
         return [f"{type(self).__name__}: {self}"]
 
@@ -22,7 +27,7 @@ class BadRequest(UsageProblem, ValueError):
 
 
 class PoolNotRunning(UsageProblem):
-    def __init__(self, message="no ddplab pool is running: start one with %ddp_start (or Lab(...).start())"):
+    def __init__(self, message: str = "no ddplab pool is running: start one with %ddp_start (or Lab(...).start())") -> None:
         super().__init__(message)
 
 
@@ -37,8 +42,8 @@ class StartFailed(DDPLabError):
 class NameMissing(UsageProblem, KeyError):
     """gather() asked for a name some ranks do not define."""
 
-    def __str__(self):  # KeyError would quote the message
-        return self.args[0]
+    def __str__(self) -> str:  # KeyError would quote the message
+        return str(self.args[0])
 
 
 class Interrupted(DDPLabError):
@@ -57,13 +62,13 @@ class RankLost(UsageProblem):
     """A rank's engine is gone; %ddp_restart brings it back."""
 
 
-def english(text, **values):
+def english(text: str, **values: Any) -> str:
     """words.say's English (for errors raised without the pool's language)."""
     text = text.rsplit("|", 1)[-1]
     return text.format(**values) if values else text
 
 
-def ranks_listed(ranks, say):
+def ranks_listed(ranks: Sequence[int], say: Say) -> str:
     """"ranks 1, 2" / "rank 1、2" in the language `say` speaks."""
     return say("ranks {ranks}" if len(ranks) > 1 else "rank {ranks}", ranks=say("list separator|, ").join(map(str, ranks)))
 
@@ -84,21 +89,22 @@ class RankFailed(DDPLabError):
     says what ddplab did to make the pool usable again.
     """
 
-    def __init__(self, failures, result=None, say=None):
-        self.failures = dict(failures)
+    def __init__(self, failures: Mapping[int, RankError] | Iterable[tuple[int, RankError]], result: Any = None,
+                 say: Say | None = None) -> None:
+        self.failures: dict[int, RankError] = dict(failures)
         self.result = result
         self.say = say or english  # words.say for the pool's language (errors cannot import words)
         super().__init__(self._headline())
 
-    def _headline(self):
+    def _headline(self) -> str:
         return "; ".join(f"rank {r}: {f.ename}: {f.evalue}" for r, f in self.failures.items() if not is_echo(f)) \
             or "; ".join(f"rank {r}: {f.ename}: {f.evalue}" for r, f in self.failures.items())
 
     @property
-    def ranks(self):
+    def ranks(self) -> list[int]:
         return list(self.failures)
 
-    def report(self, color=True):
+    def report(self, color: bool = True) -> list[str]:
         """Root cause first, with its traceback; ranks that failed the same way named together;
         ranks whose collective was cut off by it in one line; then what ddplab did about it.
 
@@ -107,13 +113,13 @@ class RankFailed(DDPLabError):
         lines = self._report()
         return lines if color else [ANSI.sub("", line) for line in lines]
 
-    def _report(self):
+    def _report(self) -> list[str]:
         causes = {r: f for r, f in self.failures.items() if not is_echo(f)}
         echoes = sorted(r for r, f in self.failures.items() if is_echo(f))
-        groups = {}
+        groups: dict[tuple[str, str, tuple[str, ...]], list[int]] = {}
         for r, f in causes.items():
             groups.setdefault(f.signature(), []).append(r)
-        lines = []
+        lines: list[str] = []
         for ranks in groups.values():
             f = self.failures[ranks[0]]
             where = ", ".join(x for x in (f"engine {f.engine_id}", f"pid {f.pid}", f.host) if x)
@@ -140,7 +146,7 @@ class RankFailed(DDPLabError):
             lines.extend(getattr(self.result, "recovery", []))
         return lines
 
-    def _render_traceback_(self):
+    def _render_traceback_(self) -> list[str]:
         # IPython shows this instead of a traceback into ddplab's own code.
         return self.report()
 
@@ -149,14 +155,15 @@ class CollectiveMismatch(RankFailed):
     """Ranks waited in collectives that could never finish (another op, group, shape or dtype, or a
     rank that never calls it); ddplab named them and cut the collectives short."""
 
-    def __init__(self, text, failures, result=None, say=None):
+    def __init__(self, text: str, failures: Mapping[int, RankError] | Iterable[tuple[int, RankError]],
+                 result: Any = None, say: Say | None = None) -> None:
         self.text = text
         super().__init__(failures, result, say)
 
-    def _headline(self):
+    def _headline(self) -> str:
         return self.text
 
-    def _report(self):
+    def _report(self) -> list[str]:
         lines = [self.text]
         if self.result is not None:
             lines.extend(getattr(self.result, "hints", []))
@@ -168,14 +175,15 @@ class CollectiveTimeout(RankFailed):
     """Ranks waited in a collective longer than the pool's timeout (%ddp_start --timeout), not counting
     the time a rank was stopped at a breakpoint; ddplab cut it, as gloo would have failed it."""
 
-    def __init__(self, text, failures, result=None, say=None):
+    def __init__(self, text: str, failures: Mapping[int, RankError] | Iterable[tuple[int, RankError]],
+                 result: Any = None, say: Say | None = None) -> None:
         self.text = text
         super().__init__(failures, result, say)
 
     _headline, _report = CollectiveMismatch._headline, CollectiveMismatch._report
 
 
-UNDELIVERED = {  # why a cell's message went missing -> (ename, evalue)
+UNDELIVERED: dict[str, tuple[str, str]] = {  # why a cell's message went missing -> (ename, evalue)
     "request": ("CellNotDelivered", "this rank did not begin the cell within DDPLab.reply_grace seconds: ipyparallel "
                                     "lost the cell on the way (its connection broke; a connection from outside the "
                                     "pool?), or the rank's engine is frozen"),
@@ -189,7 +197,7 @@ ECHOES = ("connection closed by peer", "connection reset by peer",  # gloo's (to
           "collective ops is aborted by")  # TensorFlow's, once a peer's link closed
 
 
-def is_echo(error):
+def is_echo(error: RankError) -> bool:
     """A failure caused by another rank's: its collective was cut off."""
     text = f"{error.ename} {error.evalue}".lower()
     return any(echo in text for echo in ECHOES)
@@ -201,15 +209,15 @@ class RankError:
 
     ename: str
     evalue: str
-    traceback_lines: list = field(default_factory=list)
+    traceback_lines: list[str] = field(default_factory=list)
     engine_id: int | None = None
     pid: int | None = None
     host: str = ""
     step: int | None = None  # the last step the rank logged (ddplab.log), if any
 
-    def signature(self):
+    def signature(self) -> tuple[str, str, tuple[str, ...]]:
         """What makes two failures 'the same': the error and its traceback, minus cell numbers."""
         return (self.ename, self.evalue, tuple(re.sub(r"In\[\d+\]", "In[]", t) for t in self.traceback_lines))
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         return f"RankError({self.ename}: {self.evalue})"

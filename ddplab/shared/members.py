@@ -20,6 +20,8 @@ import logging
 
 import zmq
 
+Key = bytes | str  # a CurveZMQ key, z85-encoded
+
 log = logging.getLogger("ddplab")
 
 
@@ -29,7 +31,7 @@ class MembersOnly:
 
     FAILED = zmq.EVENT_HANDSHAKE_FAILED_NO_DETAIL | zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL | zmq.EVENT_HANDSHAKE_FAILED_AUTH
 
-    def __init__(self, kind, member):
+    def __init__(self, kind: int, member: Key) -> None:
         import threading
 
         from zmq.auth.thread import ThreadAuthenticator
@@ -48,12 +50,12 @@ class MembersOnly:
         self.socket.curve_secretkey = secret
         self._events = self.socket.get_monitor_socket(self.FAILED)  # handshakes that failed: peers refused
 
-    def callback(self, domain, client_key):
+    def callback(self, domain: str, client_key: bytes) -> bool:
         """The ZAP handler's question: may this client key connect?"""
         return client_key == self.member
 
     @property
-    def refused(self):
+    def refused(self) -> int:
         """Connections refused so far: without the pool's key, or not speaking CurveZMQ at all."""
         from zmq.utils.monitor import parse_monitor_message
 
@@ -67,7 +69,7 @@ class MembersOnly:
                     self._refused += 1
                     log.info("a connection without the pool's key refused (%d so far)", self._refused)
 
-    def close(self):
+    def close(self) -> None:
         with self._lock:
             self.socket.disable_monitor()
             self._events.close(linger=0)
@@ -76,10 +78,10 @@ class MembersOnly:
         self.context.term()
 
 
-def member_socket(kind, serverkey, member, context=None):
+def member_socket(kind: int, serverkey: Key, member: tuple[Key, Key], context: zmq.Context | None = None) -> zmq.Socket:
     """A zmq socket of `kind` that connects to a MembersOnly server (public key `serverkey`) as a
     member (`member`: the pool's (public, secret) key pair)."""
-    def raw(key):
+    def raw(key: Key) -> bytes:
         return key.encode() if isinstance(key, str) else key
 
     sock = (context or zmq.Context.instance()).socket(kind)

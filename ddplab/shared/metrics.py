@@ -2,12 +2,24 @@
 
 Pure data: no torch, IPython or widget imports.
 """
+from __future__ import annotations
+
 import csv
 import math
 from collections import deque
+from collections.abc import Iterator, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import numpy.typing as npt
+    import pandas
+
+    Array = npt.NDArray[Any]
+    Columns = Mapping[str, Any]  # name -> a column: a numpy array, or any sequence numpy reads
+    Row = dict[str, Any]  # one point: rank, cell, step, time, loss, samples, extras (None: not logged)
 
 
-def _list(column):
+def _list(column: Any) -> list[Any]:
     return column.tolist() if hasattr(column, "tolist") else list(column)
 
 
@@ -16,12 +28,13 @@ class Series:
     every 4th ... point, so a whole run stays drawable. `generation` grows when points are
     dropped (a plot must then redraw from scratch); new points are those past `len` seen."""
 
-    def __init__(self, cap=400):
+    def __init__(self, cap: int = 400) -> None:
         self.cap = cap
-        self.x, self.y = [], []
+        self.x: list[float] = []
+        self.y: list[float] = []
         self.stride, self.skipped, self.generation = 1, 0, 0
 
-    def add(self, x, y):
+    def add(self, x: float, y: float) -> None:
         if not (math.isfinite(x) and math.isfinite(y)):
             return  # a diverged loss (inf, nan) cannot be drawn; the history and the table keep it
         self.skipped += 1
@@ -35,7 +48,7 @@ class Series:
             self.stride *= 2
             self.generation += 1
 
-    def add_many(self, xs, ys):
+    def add_many(self, xs: Array, ys: Array) -> None:
         """add() for arrays of points, without a Python object per point: only the points the stride
         keeps are touched (a batch of 150k points costs its arrays, not 150k floats)."""
         import numpy as np
@@ -59,10 +72,10 @@ class Series:
                 self.stride *= 2
                 self.generation += 1
 
-    def clear(self):
-        self.__init__(self.cap)
+    def clear(self) -> None:
+        self.__init__(self.cap)  # type: ignore[misc]  # (everything as new, the cap kept)
 
-    def __len__(self):
+    def __len__(self) -> int:
         return len(self.x)
 
 
@@ -71,13 +84,13 @@ class RateMeter:
     `window / 400` to the last one kept are added into it (its time moves to theirs): a thousand steps a
     second keep a few hundred entries, not thousands of objects."""
 
-    def __init__(self, window=2.0):
+    def __init__(self, window: float = 2.0) -> None:
         self.window = window
         self.resolution = window / 400
-        self.points = deque()  # [time, samples]
-        self.inside = 0  # samples of every point but the oldest
+        self.points: deque[list[float]] = deque()  # [time, samples]
+        self.inside: float = 0  # samples of every point but the oldest
 
-    def add(self, t, samples):
+    def add(self, t: float, samples: float) -> None:
         if self.points:
             self.inside += samples
             last = self.points[-1]
@@ -89,7 +102,7 @@ class RateMeter:
             self.points.popleft()
             self.inside -= self.points[0][1]
 
-    def add_many(self, ts, samples):
+    def add_many(self, ts: Array, samples: Array) -> None:
         """add() for arrays: only the points inside the window at the end are touched as objects."""
         import numpy as np
 
@@ -103,7 +116,7 @@ class RateMeter:
         for t, n in zip(ts[tail:].tolist(), samples[tail:].tolist()):
             self.add(t, n)
 
-    def rate(self):
+    def rate(self) -> float | None:
         if len(self.points) < 2:
             return None
         span = self.points[-1][0] - self.points[0][0]
@@ -113,20 +126,21 @@ class RateMeter:
 class LiveMetrics:
     """What the live plots draw: loss against step and samples/s against time, per rank and total."""
 
-    def __init__(self, world_size, cap=400):
+    def __init__(self, world_size: int, cap: int = 400) -> None:
         self.world_size, self.cap = world_size, cap
         self.reset()
 
-    def reset(self):
+    def reset(self) -> None:
         n = self.world_size
         self.loss = [Series(self.cap) for _ in range(n)]
         self.rate = [Series(self.cap) for _ in range(n)]
         self.total = Series(self.cap)
         self.meters = [RateMeter() for _ in range(n)]
-        self.current = [None] * n  # latest samples/s per rank
+        self.current: list[float | None] = [None] * n  # latest samples/s per rank
         self.version = 0
 
-    def add_points(self, rank, step, time, loss, samples):
+    def add_points(self, rank: int, step: npt.ArrayLike, time: npt.ArrayLike, loss: npt.ArrayLike, samples: npt.ArrayLike
+                   ) -> tuple[int | None, float | None, float | None]:
         """Merge a batch from one rank (columns of equal length; NaN: not logged); returns
         (last step, last loss, samples/s)."""
         import numpy as np
@@ -143,7 +157,7 @@ class LiveMetrics:
         self.version += 1
         return (int(step[-1]) if len(step) else None), last_loss, rate
 
-    def sample_total(self, t):
+    def sample_total(self, t: float) -> float | None:
         """Add the current total samples/s at cell time t (called once per frame)."""
         rates = [r for r in self.current if r is not None]
         if rates:
@@ -163,10 +177,11 @@ class History:
         h.to_csv("run.csv"); h.to_pandas()
     """
 
-    FIELDS = ("rank", "cell", "step", "time", "loss", "samples")
-    DTYPES = {"rank": "i2", "cell": "i4", "step": "i8", "time": "f8", "loss": "f8", "samples": "f8"}
+    FIELDS: tuple[str, ...] = ("rank", "cell", "step", "time", "loss", "samples")
+    DTYPES: dict[str, str] = {"rank": "i2", "cell": "i4", "step": "i8", "time": "f8", "loss": "f8", "samples": "f8"}
 
-    def __init__(self, columns=None, extras=None):
+    def __init__(self, columns: Columns | None = None,
+                 extras: Mapping[str, tuple[Array, Array]] | None = None) -> None:
         import numpy as np
 
         columns = columns or {}
@@ -174,14 +189,17 @@ class History:
         self.extras = dict(extras or {})  # name -> (sorted point positions int64, values float64)
 
     @classmethod
-    def from_ranks(cls, per_rank, cell_of=None):
+    def from_ranks(cls, per_rank: Mapping[int, Columns], cell_of: Mapping[tuple[int, int], int] | None = None
+                   ) -> History:
         """per_rank: {rank: the columns rank.history() returns}. cell_of maps (rank, the rank's
         own cell count) to the notebook's cell number: a restarted rank, or one left out by
         --ranks, counts differently, and cell N must mean the same cell on every rank."""
         import numpy as np
 
         cell_of = cell_of or {}
-        parts, extras, offset = {f: [] for f in cls.FIELDS}, {}, 0
+        parts: dict[str, list[Array]] = {f: [] for f in cls.FIELDS}
+        extras: dict[str, tuple[list[Array], list[Array]]] = {}
+        offset = 0
         for rank, cols in sorted(per_rank.items()):
             n = len(cols["step"])
             cells = np.asarray(cols["cell"], dtype="i4")
@@ -200,18 +218,18 @@ class History:
         columns = {f: np.concatenate(p) if p else () for f, p in parts.items()}
         return cls(columns, {k: (np.concatenate(i), np.concatenate(v)) for k, (i, v) in extras.items()})
 
-    def __len__(self):
+    def __len__(self) -> int:
         return len(self.arrays["step"])
 
-    def columns(self):
+    def columns(self) -> list[str]:
         return list(self.FIELDS) + sorted(self.extras)
 
     @property
-    def nbytes(self):
+    def nbytes(self) -> int:
         """Memory the columns take."""
         return sum(a.nbytes for a in self.arrays.values()) + sum(i.nbytes + v.nbytes for i, v in self.extras.values())
 
-    def _extra(self, name):
+    def _extra(self, name: str) -> Array:
         """A full-length column for an extra scalar: NaN where a point had none."""
         import numpy as np
 
@@ -220,7 +238,7 @@ class History:
         full[index] = values
         return full
 
-    def array(self, name):
+    def array(self, name: str) -> Array:
         """One column as a numpy array (NaN where a point had no value)."""
         if name in self.arrays:
             return self.arrays[name]
@@ -228,27 +246,27 @@ class History:
             return self._extra(name)
         raise KeyError(f"no column {name!r}: the columns are {', '.join(self.columns())}")
 
-    def column(self, name):
+    def column(self, name: str) -> list[Any]:
         """One column as a list: None where a point had no value (as in the rows)."""
         if name not in self.arrays and name not in self.extras:
             return [None] * len(self)
         return [_value(name, v) for v in self.array(name).tolist()]
 
-    def _take(self, positions):
+    def _take(self, positions: Sequence[int] | Array) -> History:
         import numpy as np
 
         positions = np.asarray(positions, dtype="i8")
         columns = {f: a[positions] for f, a in self.arrays.items()}
         where = np.full(len(self), -1, dtype="i4")
         where[positions] = np.arange(len(positions), dtype="i4")
-        extras = {}
+        extras: dict[str, tuple[Array, Array]] = {}
         for name, (index, values) in self.extras.items():
             kept = where[index] >= 0
             if kept.any():
                 extras[name] = (where[index[kept]], values[kept])
         return History(columns, extras)
 
-    def where(self, **match):
+    def where(self, **match: Any) -> History:
         """The points whose fields equal the given values: history.where(rank=0, cell=3)."""
         import numpy as np
 
@@ -260,7 +278,7 @@ class History:
             keep &= np.isnan(column) if value is None and column.dtype.kind == "f" else column == value
         return self._take(np.flatnonzero(keep))
 
-    def row(self, i):
+    def row(self, i: int) -> Row:
         row = {f: _value(f, self.arrays[f][i].item()) for f in self.FIELDS}
         for name, (index, values) in self.extras.items():
             j = index.searchsorted(i)
@@ -268,14 +286,14 @@ class History:
                 row[name] = values[j].item()
         return row
 
-    def __getitem__(self, i):
+    def __getitem__(self, i: int) -> Row:
         if i < 0:
             i += len(self)
         if not 0 <= i < len(self):
             raise IndexError("history index out of range")
         return self.row(i)
 
-    def __iter__(self):
+    def __iter__(self) -> Iterator[Row]:
         extras = {name: dict(zip(index.tolist(), values.tolist())) for name, (index, values) in self.extras.items()}
         lists = {f: self.arrays[f].tolist() for f in self.FIELDS}
         for i in range(len(self)):
@@ -285,7 +303,7 @@ class History:
                     row[name] = by_index[i]
             yield row
 
-    def to_csv(self, path):
+    def to_csv(self, path: str) -> int:
         columns = self.columns()
         with open(path, "w", newline="") as f:
             w = csv.DictWriter(f, fieldnames=columns, restval="")
@@ -293,7 +311,7 @@ class History:
             w.writerows({k: ("" if v is None else v) for k, v in row.items()} for row in self)
         return len(self)
 
-    def to_pandas(self):
+    def to_pandas(self) -> pandas.DataFrame:
         """A pandas DataFrame, one row per point (pandas is not a ddplab dependency: install it)."""
         try:
             import pandas as pd
@@ -304,7 +322,7 @@ class History:
             frame[name] = self._extra(name)
         return frame
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         if not len(self):
             return "History(no points: log them in rank code with ddplab.log(loss=..., samples=...))"
         import numpy as np
@@ -315,7 +333,7 @@ class History:
                 f"columns: {', '.join(self.columns())})")
 
 
-def _value(field, v):
+def _value(field: str, v: Any) -> Any:
     """A row's value: None for what was not logged; whole numbers of samples as int."""
     if isinstance(v, float):
         if v != v:
@@ -325,5 +343,5 @@ def _value(field, v):
     return v
 
 
-def _span(values):
+def _span(values: Sequence[Any]) -> str:
     return f"{values[0]}-{values[-1]}" if len(values) > 1 else str(values[0])

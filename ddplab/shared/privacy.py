@@ -13,14 +13,25 @@ connections are checked by ddplab.rank.guard).
     connections()            -> this process's TCP connections, with the account owning each other end
 (report.py says all of it in words, for %ddp_status and %ddp_start.)
 """
+from __future__ import annotations
+
 import os
 import stat
+from collections.abc import Callable, Iterable
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import logging
+
+Address = tuple[str, int]  # (ip, port)
+SocketRow = tuple[int, int, Address, Address, int]  # (inode, TCP state, local, remote, uid of its owner)
+Pid = int | str  # a process id, or "self"
 
 UID_MIN_DEFAULT = 1000
 NO_LOGIN = ("nologin", "false", "sync", "shutdown", "halt")
 
 
-def _owner(uid):
+def _owner(uid: int) -> str:
     try:
         import pwd
 
@@ -29,7 +40,7 @@ def _owner(uid):
         return f"uid {uid}"
 
 
-def user_namespace():
+def user_namespace() -> bool:
     """Whether this process lives in a user namespace other than the machine's own: there, every
     uid but those mapped (the account's own) shows as the overflow uid (65534, "nobody")."""
     try:
@@ -39,7 +50,7 @@ def user_namespace():
         return False
 
 
-def overflow_uid():
+def overflow_uid() -> int:
     try:
         with open("/proc/sys/kernel/overflowuid") as f:
             return int(f.read())
@@ -47,7 +58,7 @@ def overflow_uid():
         return 65534
 
 
-def folder_problem(path, checked_outside=False):
+def folder_problem(path: str, checked_outside: bool = False) -> str | None:
     """Why `path` is not a folder that only this user can write and read (0700, its own, reached
     through folders nobody else can swap), or None if it is. Nothing on the way is followed blindly:
     each folder above is looked at itself (lstat), a symbolic link among them must be root's or the
@@ -80,7 +91,7 @@ def folder_problem(path, checked_outside=False):
     return None
 
 
-def _parents_problem(path, trusted):
+def _parents_problem(path: str, trusted: set[int]) -> str | None:
     """Why a folder above `path` lets someone else swap what is below it, or None."""
     parent = os.path.dirname(path)
     while True:
@@ -101,7 +112,7 @@ def _parents_problem(path, trusted):
         parent = os.path.dirname(parent)
 
 
-def private_folder(path, checked_outside=False):
+def private_folder(path: str, checked_outside: bool = False) -> tuple[str, None] | tuple[None, str]:
     """Make `path` (and the folders to it) if missing, as this user's only (0700); return (path,
     None) if it then is private, else (None, why not): nothing is ever used that someone else
     made or can change. checked_outside: see folder_problem."""
@@ -118,13 +129,13 @@ def private_folder(path, checked_outside=False):
     return (path, None) if why is None else (None, why)
 
 
-def home_compile_cache():
+def home_compile_cache() -> str:
     """~/.cache/ddplab/torchinductor (or under $XDG_CACHE_HOME): the user's own folder."""
     base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
     return os.path.join(base, "ddplab", "torchinductor")
 
 
-def torch_default_cache():
+def torch_default_cache() -> str:
     """torch's own default, /tmp/torchinductor_USER (its cache_dir_utils.default_cache_dir): a name any
     account of the machine can take first. torch writes it into TORCHINDUCTOR_CACHE_DIR itself once
     it has used it, so that value there is not a choice of the user's."""
@@ -140,7 +151,7 @@ def torch_default_cache():
     return os.path.join(tempfile.gettempdir(), "torchinductor_" + re.sub(r'[\\/:*?"<>|]', "_", user))
 
 
-def default_compile_cache():
+def default_compile_cache() -> str:
     """$TORCHINDUCTOR_CACHE_DIR if the user set it, else home_compile_cache() (never torch's default)."""
     chosen = os.environ.get("TORCHINDUCTOR_CACHE_DIR")
     if chosen and os.path.abspath(chosen) != torch_default_cache():
@@ -148,7 +159,7 @@ def default_compile_cache():
     return home_compile_cache()
 
 
-def compile_cache(wanted, last_resort, checked_outside=False):
+def compile_cache(wanted: str, last_resort: Callable[[], str], checked_outside: bool = False) -> tuple[str, str | None]:
     """The folder the ranks' torch.compile may use: `wanted` if it is private, else the user's own
     home_compile_cache(), else `last_resort()` (a new private folder). Returns (folder, None) or
     (the folder used, a sentence saying why `wanted` was refused). checked_outside: the notebook
@@ -168,7 +179,7 @@ def compile_cache(wanted, last_resort, checked_outside=False):
     raise OSError("no private folder for torch.compile's cache: " + "; ".join(refusals))
 
 
-def uid_min(login_defs="/etc/login.defs"):
+def uid_min(login_defs: str = "/etc/login.defs") -> int:
     """The first uid of people's accounts (UID_MIN of login.defs, else 1000)."""
     try:
         with open(login_defs) as f:
@@ -181,13 +192,13 @@ def uid_min(login_defs="/etc/login.defs"):
     return UID_MIN_DEFAULT
 
 
-def other_accounts(login_defs="/etc/login.defs", proc="/proc"):
+def other_accounts(login_defs: str = "/etc/login.defs", proc: str = "/proc") -> list[str]:
     """Accounts of this machine other than this user's that could connect to what listens on its
     loopback: people's accounts (uid >= UID_MIN, a login shell) from the system's account database
     (NSS: /etc/passwd, and LDAP or SSSD where the machine enumerates them), and the owners of running
     processes (an account NSS does not list still shows by what it runs). Names, or "uid N"."""
     first, me, nobody = uid_min(login_defs), os.getuid(), overflow_uid()
-    found = {}
+    found: dict[int, str] = {}
     try:
         import pwd
 
@@ -221,10 +232,10 @@ class Redact:
 
     NAMED = _re.compile(r"""(?i)(\b[\w.-]*(?:key|secret|token|password)['"]?\s*[=:]\s*b?['"]?)([^\s'",}]+)""")
 
-    def __init__(self):
-        self.secrets = set()
+    def __init__(self) -> None:
+        self.secrets: set[str] = set()
 
-    def hide(self, *secrets):
+    def hide(self, *secrets: object) -> None:
         """Never log these (bytes as hex and as text, or strings)."""
         for secret in secrets:
             if isinstance(secret, bytes):  # as hex, as text, and as Python writes bytes
@@ -232,14 +243,14 @@ class Redact:
             elif secret:
                 self.secrets.add(str(secret))
 
-    def text(self, text):
+    def text(self, text: str) -> str:
         text = self.NAMED.sub(lambda m: m.group(1) + "<hidden>", text)
         for secret in self.secrets:
             if len(secret) >= 8:
                 text = text.replace(secret, "<hidden>")
         return text
 
-    def filter(self, record):
+    def filter(self, record: logging.LogRecord) -> bool:
         message = record.getMessage()
         hidden = self.text(message)
         if hidden != message:
@@ -250,10 +261,10 @@ class Redact:
 REDACT = Redact()
 
 
-def namespace_refusal(proc="/proc"):
+def namespace_refusal(proc: str = "/proc") -> tuple[str, str] | None:
     """What keeps this machine from giving an ordinary account a private network namespace, and the
     setting an administrator can change: (cause, fix), or None if nothing known does."""
-    def read(path):
+    def read(path: str) -> str | None:
         try:
             with open(os.path.join(proc, path)) as f:
                 return f.read()
@@ -282,7 +293,7 @@ KERNEL_FIX = ("c.KernelManager.transport = 'ipc' (or, with jupyter_client >= 8.1
               "c.KernelManager.transport_encryption = 'required') in jupyter_server_config.py")
 
 
-def kernel_channel():
+def kernel_channel() -> dict[str, Any] | None:
     """How this notebook's kernel talks to Jupyter: {"private": bool, "transport": "tcp" or "ipc",
     "encrypted": bool, "ip": ...}, or None outside a Jupyter kernel."""
     try:
@@ -302,9 +313,9 @@ def kernel_channel():
             "ip": app.ip}
 
 
-def socket_inodes(pid="self"):
+def socket_inodes(pid: Pid = "self") -> dict[int, int]:
     """{socket inode: fd} of process `pid`'s open sockets."""
-    found = {}
+    found: dict[int, int] = {}
     try:
         fds = os.listdir(f"/proc/{pid}/fd")
     except OSError:
@@ -322,13 +333,13 @@ def socket_inodes(pid="self"):
 ESTABLISHED, LISTEN = 1, 10  # the kernel's TCP states (include/net/tcp_states.h)
 
 
-def tcp_table(pid="self"):
+def tcp_table(pid: Pid = "self") -> list[SocketRow]:
     """Every TCP socket of the network namespace process `pid` lives in, read in that namespace
     (psutil reads the caller's: it would not see a rank's sockets in a private namespace), as
     (inode, state, (local ip, port), (remote ip, port), uid of the socket's owner). The kernel
     writes the owner of each socket, whoever made it: /proc/net/tcp is readable by every account.
     (For this process's own namespace, tcp_sockets() asks the kernel directly, 50 times faster.)"""
-    rows = []
+    rows: list[SocketRow] = []
     for table, width in (("tcp", 8), ("tcp6", 32)):
         try:
             with open(f"/proc/{pid}/net/{table}") as f:
@@ -345,7 +356,7 @@ def tcp_table(pid="self"):
     return rows
 
 
-def tcp_sockets(states=(ESTABLISHED, LISTEN)):
+def tcp_sockets(states: Iterable[int] = (ESTABLISHED, LISTEN)) -> list[SocketRow]:
     """The TCP sockets of this process's network namespace in `states`, as tcp_table() gives them,
     asked of the kernel through netlink (sock_diag, as `ss` does; no privilege needed): a fraction
     of a millisecond where reading /proc/net/tcp takes ten on a machine with a few hundred sockets.
@@ -353,7 +364,7 @@ def tcp_sockets(states=(ESTABLISHED, LISTEN)):
     import socket
 
     mask = sum(1 << state for state in states)
-    rows = []
+    rows: list[SocketRow] = []
     try:
         for family in (socket.AF_INET, socket.AF_INET6):
             rows += _diag_dump(family, mask)
@@ -362,7 +373,7 @@ def tcp_sockets(states=(ESTABLISHED, LISTEN)):
     return rows
 
 
-def tcp_owner(local, remote):
+def tcp_owner(local: Address, remote: Address) -> int | None:
     """The owner (uid) of the TCP socket of this network namespace whose own address is `local` and
     whose peer is `remote` ((ip, port) each), asked of the kernel for that one socket (sock_diag, an
     exact lookup: the same few microseconds with ten sockets or ten thousand); None if there is none."""
@@ -382,14 +393,14 @@ def tcp_owner(local, remote):
     return struct.unpack_from("=I", data, 16 + 64)[0]  # struct inet_diag_msg's idiag_uid
 
 
-def _diag_dump(family, mask):
+def _diag_dump(family: int, mask: int) -> list[SocketRow]:
     import socket
     import struct
 
     request = struct.pack("=BBBBI", family, socket.IPPROTO_TCP, 0, 0, mask) + bytes(48)  # inet_diag_req_v2
     header = struct.pack("=IHHII", 16 + len(request), 20, 0x301, 1, 0)  # SOCK_DIAG_BY_FAMILY, REQUEST | DUMP
     width = 4 if family == socket.AF_INET else 16
-    rows = []
+    rows: list[SocketRow] = []
     with socket.socket(socket.AF_NETLINK, socket.SOCK_RAW, 4) as s:  # NETLINK_SOCK_DIAG
         s.send(header + request)
         while True:
@@ -410,7 +421,7 @@ def _diag_dump(family, mask):
                 return rows
 
 
-def _ip_bytes(raw):
+def _ip_bytes(raw: bytes) -> str:
     import socket
 
     if len(raw) == 4:
@@ -419,19 +430,19 @@ def _ip_bytes(raw):
     return ip[7:] if ip.startswith("::ffff:") and "." in ip else ip  # an IPv4 peer of a dual-stack socket
 
 
-def tcp_listeners(pid):
+def tcp_listeners(pid: Pid) -> list[Address]:
     """[(ip, port)] of the TCP sockets process `pid` listens on (in its own network namespace)."""
     mine = socket_inodes(pid)
     return [local for inode, state, local, _, _ in tcp_table(pid) if state == LISTEN and inode in mine]
 
 
-def listening():
+def listening() -> dict[int, Address]:
     """{inode: (ip, port)} of this process's listening TCP sockets."""
     mine = socket_inodes()
     return {inode: local for inode, state, local, _, _ in tcp_sockets((LISTEN,)) if inode in mine}
 
 
-def connections():
+def connections() -> list[tuple[int, int, Address, Address, int | None]]:
     """[(inode, fd, (local ip, port), (remote ip, port), owner uid of the other end or None)] of this
     process's established TCP connections. The other end's owner is known when it is on this machine
     (in this network namespace): its socket is the one with the two addresses swapped."""
@@ -441,12 +452,12 @@ def connections():
             for inode, state, local, remote, _ in rows if inode in mine]
 
 
-def _address(field, width):
+def _address(field: str, width: int) -> Address:
     hexa, port = field.split(":")
     return _ip(hexa, width), int(port, 16)
 
 
-def _ip(hexa, width):
+def _ip(hexa: str, width: int) -> str:
     import socket
 
     raw = bytes.fromhex(hexa)
@@ -456,14 +467,14 @@ def _ip(hexa, width):
     return _ip_bytes(words)
 
 
-def private_network():
+def private_network() -> bool:
     """This process lives in a network namespace with nothing but a loopback interface (a pool's own)."""
     import socket
 
     return [name for _, name in socket.if_nameindex()] == ["lo"]
 
 
-def network_namespace(pid):
+def network_namespace(pid: Pid) -> str | None:
     """An id of the network namespace process `pid` lives in (compare two; None if unknown)."""
     try:
         return os.readlink(f"/proc/{pid}/ns/net")

@@ -4,11 +4,35 @@ show their overlap with backward, and the part spent waiting for the last rank s
 per-rank breakdown of a step. Plain SVG and HTML strings: browsers draw Chinese labels, and the
 dashboard, a Timeline in a notebook and the docs show the same picture.
 """
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
 from html import escape
+from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 
 from .words import say
+
+if TYPE_CHECKING:
+    import numpy.typing as npt
+
+    Array = npt.NDArray[Any]  # timeline.SPAN rows
+
+
+class Drawn(Protocol):
+    """What is drawn of a timeline.Timeline (this module is below it: it cannot import it)."""
+
+    rows: Array
+    ranks: list[int]
+    lang: str
+    units: list[str]
+    groups: list[tuple[str, tuple[int, ...]]]
+    _memory: Mapping[int, Mapping[str, int]]
+
+    def verdict(self) -> str: ...
+
+    def breakdown(self, last: int | None = None) -> dict[int, dict[str, float]]: ...
 
 PHASES = ("forward", "backward", "optimizer", "data", "comm")  # the codes recorder.py sends
 FORWARD, BACKWARD, OPTIMIZER, DATA, COMM = range(len(PHASES))
@@ -20,7 +44,7 @@ COLORS = {FORWARD: "#4c78a8", BACKWARD: "#f58518", OPTIMIZER: "#54a24b", DATA: "
 WAIT = "#d62728"
 
 
-def window(rows, steps):
+def window(rows: Array, steps: int) -> Array:
     """The rows of the last `steps` steps that every rank has reached."""
     if not len(rows):
         return rows
@@ -29,7 +53,8 @@ def window(rows, steps):
     return rows[(step > last - steps) & (step <= last)]
 
 
-def svg(rows, ranks, lang="en", steps=3, width=640, lane=34, units=(), groups=()):
+def svg(rows: Array, ranks: Sequence[int], lang: str = "en", steps: int = 3, width: int = 640, lane: int = 34,
+        units: Sequence[str] = (), groups: Sequence[tuple[str, Sequence[int]]] = ()) -> str:
     """The swimlanes of the last `steps` steps (rows: timeline.SPAN rows of one cell; units: the modules its
     collectives serve, groups: (label, ranks) of the groups they ran on, named in each one's tooltip)."""
     shown = window(rows, steps)
@@ -44,7 +69,7 @@ def svg(rows, ranks, lang="en", steps=3, width=640, lane=34, units=(), groups=()
     t0, t1 = float(shown["start"].min()), float(shown["end"].max())
     scale = (width - left - 10) / max(t1 - t0, 1e-6)
 
-    def x(t):
+    def x(t: float) -> float:
         return left + (float(t) - t0) * scale
 
     for i, r in enumerate(ranks):
@@ -81,7 +106,7 @@ def svg(rows, ranks, lang="en", steps=3, width=640, lane=34, units=(), groups=()
     return "".join(parts)
 
 
-def breakdown_html(parts, lang="en"):
+def breakdown_html(parts: Mapping[int, Mapping[str, float]], lang: str = "en") -> str:
     """A table: per rank, ms per step of compute, communication, waiting and data."""
     head = "".join(f"<th>{escape(say(lang, 'timeline|' + h))}</th>" for h in ("rank", "compute", "comm", "wait", "data",
                                                                            "step"))
@@ -92,11 +117,11 @@ def breakdown_html(parts, lang="en"):
     return f'<table class="ddplab-breakdown"><caption>{caption}</caption><tr>{head}</tr>{body}</table>'
 
 
-def lanes(timeline, steps):
+def lanes(timeline: Drawn, steps: int) -> str:
     return svg(timeline.rows, timeline.ranks, timeline.lang, steps, units=timeline.units, groups=timeline.groups)
 
 
-def live(timeline, steps=3):
+def live(timeline: Drawn, steps: int = 3) -> str:
     """What the dashboard shows while a cell runs: the last steps' swimlanes, their breakdown and the
     verdict (timeline: the tail of the cell's spans)."""
     lang = timeline.lang
@@ -104,7 +129,7 @@ def live(timeline, steps=3):
             f"<p>{escape(timeline.verdict())}</p>{breakdown_html(timeline.breakdown(last=steps * 2), lang)}</div>")
 
 
-def picture(timeline, steps=4):
+def picture(timeline: Drawn, steps: int = 4) -> str:
     """A Timeline in full: the swimlanes, the breakdown, the verdict and each rank's memory."""
     lang = timeline.lang
     memory = ""

@@ -2,11 +2,12 @@
 import os
 import signal
 import time
+from collections.abc import Iterable
 
 import psutil
 
 
-def usable_cores():
+def usable_cores() -> int:
     """CPUs this process may really use: the affinity mask, capped by a container's CPU quota
     (Binder and docker show all the host's cores but allow one or two). (config.cores() is this,
     unless DDPLab.cores says otherwise.)"""
@@ -18,7 +19,7 @@ def usable_cores():
     return max(1, min(n, quota)) if quota else n
 
 
-def cgroup_cpu_quota(root="/sys/fs/cgroup"):
+def cgroup_cpu_quota(root: str = "/sys/fs/cgroup") -> int | None:
     """The container's CPU limit in whole CPUs (rounded up), or None if there is none."""
     try:  # cgroup v2: "max 100000" or "150000 100000"
         with open(os.path.join(root, "cpu.max")) as f:
@@ -30,27 +31,28 @@ def cgroup_cpu_quota(root="/sys/fs/cgroup"):
         pass
     try:  # cgroup v1
         with open(os.path.join(root, "cpu", "cpu.cfs_quota_us")) as f:
-            quota = int(f.read())
+            quota_us = int(f.read())
         with open(os.path.join(root, "cpu", "cpu.cfs_period_us")) as f:
-            period = int(f.read())
-        return -(-quota // period) if quota > 0 else None
+            period_us = int(f.read())
+        return -(-quota_us // period_us) if quota_us > 0 else None
     except (OSError, ValueError):
         return None
 
 
-def free_gib():
+def free_gib() -> float:
     return psutil.virtual_memory().available / 2**30
 
 
 UNLIMITED = 2**60  # cgroup v1 writes "no limit" as a huge number (9223372036854771712)
-MEMORY_FILES = {2: ("memory.max", "memory.current", "inactive_file"),  # limit, usage, reclaimable cache
-                1: ("memory.limit_in_bytes", "memory.usage_in_bytes", "total_inactive_file")}
+MEMORY_FILES: dict[int, tuple[str, str, str]] = {
+    2: ("memory.max", "memory.current", "inactive_file"),  # limit, usage, reclaimable cache
+    1: ("memory.limit_in_bytes", "memory.usage_in_bytes", "total_inactive_file")}
 
 
-def memory_cgroups(root="/sys/fs/cgroup", proc="/proc/self/cgroup"):
+def memory_cgroups(root: str = "/sys/fs/cgroup", proc: str = "/proc/self/cgroup") -> list[tuple[int, str]]:
     """[(cgroup version, folder)] of this process's memory cgroup and each one above it (a limit
     anywhere above holds too), then the root's as a container shows it."""
-    found = []
+    found: list[tuple[int, str]] = []
     try:
         with open(proc) as f:
             lines = f.read().splitlines()
@@ -69,7 +71,7 @@ def memory_cgroups(root="/sys/fs/cgroup", proc="/proc/self/cgroup"):
     return found + [(2, root), (1, os.path.join(root, "memory"))]
 
 
-def _read_int(path):
+def _read_int(path: str) -> int | None:
     try:
         with open(path) as f:
             text = f.read().strip()
@@ -78,7 +80,7 @@ def _read_int(path):
         return None
 
 
-def _limiting(root, proc):
+def _limiting(root: str, proc: str) -> tuple[int, int, str] | None:
     """(limit in bytes, cgroup version, folder) of the smallest memory limit over this process, or None."""
     limits = []
     for version, folder in memory_cgroups(root, proc):
@@ -88,14 +90,14 @@ def _limiting(root, proc):
     return min(limits) if limits else None
 
 
-def memory_limit(root="/sys/fs/cgroup", proc="/proc/self/cgroup"):
+def memory_limit(root: str = "/sys/fs/cgroup", proc: str = "/proc/self/cgroup") -> int | None:
     """The memory this session may use, in bytes (the smallest cgroup limit over this process, v2's
     memory.max or v1's memory.limit_in_bytes: Binder's 2 GiB, a hub's 1 GiB), or None if none."""
     found = _limiting(root, proc)
     return found[0] if found else None
 
 
-def memory_available(root="/sys/fs/cgroup", proc="/proc/self/cgroup"):
+def memory_available(root: str = "/sys/fs/cgroup", proc: str = "/proc/self/cgroup") -> int:
     """Bytes this session can still take: its cgroup's limit less what the cgroup holds (but page
     cache it can drop), or the machine's available memory where that is less."""
     available = psutil.virtual_memory().available
@@ -119,7 +121,7 @@ def memory_available(root="/sys/fs/cgroup", proc="/proc/self/cgroup"):
     return max(0, min(available, limit - used + reclaimable))
 
 
-def loopback_interface():
+def loopback_interface() -> str:
     """Name of the interface holding 127.0.0.1 ('lo' on Linux, 'lo0' on macOS)."""
     for name, addrs in psutil.net_if_addrs().items():
         if any(a.address == "127.0.0.1" for a in addrs):
@@ -127,7 +129,7 @@ def loopback_interface():
     return "lo"
 
 
-def is_gone(proc):
+def is_gone(proc: psutil.Process) -> bool:
     """Exited, or a zombie: a process whose parent has not reaped it yet (a killed engine's DataLoader
     workers are re-parented to init, which may reap them late)."""
     try:
@@ -136,7 +138,7 @@ def is_gone(proc):
         return True
 
 
-def wait_gone(procs, timeout):
+def wait_gone(procs: Iterable[psutil.Process], timeout: float) -> list[psutil.Process]:
     """Wait until every process is gone; return those still alive at the timeout. (Not
     psutil.wait_procs: it counts a zombie that is not our child as alive until it is reaped.)"""
     deadline = time.monotonic() + timeout
@@ -147,7 +149,7 @@ def wait_gone(procs, timeout):
     return alive
 
 
-def kill(procs, sig=signal.SIGKILL):
+def kill(procs: Iterable[psutil.Process], sig: int = signal.SIGKILL) -> None:
     for p in procs:
         try:
             p.send_signal(sig)
@@ -155,7 +157,7 @@ def kill(procs, sig=signal.SIGKILL):
             pass
 
 
-def exit_reason(code):
+def exit_reason(code: int | None) -> str:
     """Why a process ended, from its exit code (negative: the signal that ended it)."""
     if code is None:
         return "its engine stopped answering"

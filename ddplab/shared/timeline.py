@@ -12,8 +12,12 @@ with the waiting computed across ranks, kept lean, and said in words.
 Pure data (numpy): no torch, IPython or widget imports. Rows are kept in fixed chunks whose untouched
 pages cost nothing, so a span costs its 27 bytes in the notebook, not a Python object.
 """
+from __future__ import annotations
+
 import functools
 import json
+from collections.abc import Iterable, Iterator, Mapping
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -28,8 +32,15 @@ CHUNK = 1 << 16  # rows per chunk (1.7 MB, allocated untouched)
 MEMORY = ("rss", "params", "grads", "optimizer", "buckets")
 PARTS = ("compute", "comm", "wait", "data", "hidden", "step")
 
+if TYPE_CHECKING:
+    import numpy.typing as npt
+    import pandas
 
-def _union_lengths(group, start, end, groups):
+    Array = npt.NDArray[Any]  # SPAN rows, or a column of numbers
+Group = tuple[str, tuple[int, ...]]  # a process group: (label, its ranks)
+
+
+def _union_lengths(group: Array, start: Array, end: Array, groups: int) -> Array:
     """Per group (ids 0..groups-1), the length of the union of its [start, end] intervals: one sort and a
     running maximum, each group's times shifted into a band of its own so the maximum never leaks across."""
     if not len(group):
@@ -43,7 +54,7 @@ def _union_lengths(group, start, end, groups):
     return np.bincount(g, np.clip(e - np.maximum(s, before), 0.0, None), groups)
 
 
-def _parts(rows):
+def _parts(rows: Array) -> tuple[Array, Array, dict[str, Array]]:
     """Where each rank's step went (see Timeline.steps), for every (rank, step) of the rows at once:
     (rank array, step array, {part: array})."""
     key = rows["rank"].astype(np.int64) << 32 | rows["step"].astype(np.int64)
@@ -107,13 +118,14 @@ def _parts(rows):
 class Rows:
     """A growing table of SPAN rows in fixed chunks (no copy as it grows)."""
 
-    def __init__(self):
-        self.chunks, self.n = [], 0
+    def __init__(self) -> None:
+        self.chunks: list[Array] = []
+        self.n = 0
 
-    def __len__(self):
+    def __len__(self) -> int:
         return self.n
 
-    def extend(self, rows):
+    def extend(self, rows: Array) -> None:
         done = 0
         while done < len(rows):
             if self.n % CHUNK == 0 and self.n // CHUNK == len(self.chunks):
@@ -124,10 +136,10 @@ class Rows:
             self.n += take
             done += take
 
-    def index(self, i):
+    def index(self, i: int) -> tuple[Array, int]:
         return self.chunks[i // CHUNK], i % CHUNK
 
-    def array(self, start=0, stop=None):
+    def array(self, start: int = 0, stop: int | None = None) -> Array:
         """Rows start..stop as one array (a copy)."""
         stop = self.n if stop is None else min(stop, self.n)
         if start >= stop:
@@ -143,19 +155,24 @@ class Rows:
 class CellSpans:
     """One cell's spans as they arrive: converted to the cell's clock, waits filled in."""
 
-    def __init__(self, cell, ranks, started, offsets=None, units=None, groups=None):
+    def __init__(self, cell: int, ranks: Iterable[int], started: float, offsets: Mapping[int, float] | None = None,
+                 units: Mapping[int, Mapping[int, str]] | None = None,
+                 groups: Mapping[int, Mapping[int, Group]] | None = None) -> None:
         self.cell, self.ranks, self.started = cell, list(ranks), started  # started: monotonic, the notebook's
         self.offsets = offsets or {}  # rank -> its host's clock minus the notebook's (seconds)
         self.units = units if units is not None else {}  # rank -> {its index of a module: its name} (Live.units)
-        self.unit_names = []  # the cell's modules served (FSDP units, TP layers); a span's bucket -2 - i is unit_names[i]
+        self.unit_names: list[str] = []  # the cell's modules served (FSDP units, TP layers); a span's bucket -2 - i
+        # is unit_names[i]
         self.groups = groups if groups is not None else {}  # rank -> {its group index: (label, ranks)} (Live.groups)
-        self.group_names = []  # the cell's groups, (label, ranks); a span's group i is group_names[i]
+        self.group_names: list[Group] = []  # the cell's groups, (label, ranks); a span's group i is group_names[i]
         self.rows = Rows()
-        self.pending = {}  # collective key -> [row index, ...] until every rank has reported it
-        self.memory = {}  # rank -> {rss, params, ...}
-        self.arrived = {}  # rank -> [(first row, end row)] of each of its batches, in order
+        self.pending: dict[tuple[int, int, int, tuple[int, ...]], list[int]] = {}  # collective key -> [row index,
+        # ...] until every rank has reported it
+        self.memory: dict[int, dict[str, int]] = {}  # rank -> {rss, params, ...}
+        self.arrived: dict[int, list[tuple[int, int]]] = {}  # rank -> [(first row, end row)] of each of its
+        # batches, in order
 
-    def add(self, rank, columns):
+    def add(self, rank: int, columns: Mapping[str, Array]) -> None:
         """Spans from one rank (recorder.FIELDS columns as arrays; times on the rank's clock)."""
         n = len(columns["seq"])
         if not n:
@@ -189,7 +206,7 @@ class CellSpans:
             if len(self.pending[key]) >= (len(members) or len(self.ranks)):
                 self._settle(self.pending.pop(key))
 
-    def _settle(self, indices):
+    def _settle(self, indices: Iterable[int]) -> None:
         """The waits of one collective: each rank waited from its arrival until the last rank's."""
         spots = [self.rows.index(i) for i in indices]
         last = max(chunk[at]["start"] for chunk, at in spots)
@@ -197,17 +214,17 @@ class CellSpans:
             row = chunk[at]
             chunk[at]["wait"] = max(0.0, min(last, row["end"]) - row["start"])
 
-    def _unit(self, name):
+    def _unit(self, name: str) -> int:
         if name not in self.unit_names:
             self.unit_names.append(name)
         return self.unit_names.index(name)
 
-    def _group(self, group):
+    def _group(self, group: Group) -> int:
         if group not in self.group_names:
             self.group_names.append(group)
         return min(self.group_names.index(group), 127)
 
-    def finish(self):
+    def finish(self) -> None:
         """The cell ended: collectives some ranks never reported (a subgroup, a failed rank) settle with
         the ranks that did."""
         for indices in self.pending.values():
@@ -215,13 +232,13 @@ class CellSpans:
                 self._settle(indices)
         self.pending = {}
 
-    def timeline(self, lang="en", tail=None):
+    def timeline(self, lang: str = "en", tail: int | None = None) -> Timeline:
         """A Timeline of the cell's spans, or of each rank's last `tail` spans (what a live view draws:
         every rank's latest steps, however the ranks' batches interleave)."""
         if not tail:
             return Timeline(self.cell, self.rows.array(), self.ranks, dict(self.memory), lang, self.unit_names,
                             self.group_names)
-        parts = []
+        parts: list[Array] = []
         for batches in self.arrived.values():
             need, mine = tail, []
             for first, end in reversed(batches):
@@ -250,26 +267,27 @@ class Timeline:
     Displayed in a notebook it draws the swimlanes of the last steps and the breakdown; printed, it
     says the breakdown."""
 
-    def __init__(self, cell, rows, ranks, memory=None, lang="en", units=(), groups=()):
+    def __init__(self, cell: int, rows: Array, ranks: Iterable[int], memory: Mapping[int, Mapping[str, int]] | None = None,
+                 lang: str = "en", units: Iterable[str] = (), groups: Iterable[Group] = ()) -> None:
         self.cell, self.rows, self.ranks, self.lang = cell, rows, list(ranks), lang
         self._memory = memory or {}
         self.units = list(units)  # modules served: a span whose bucket is -2 - i serves units[i]
         self.groups = list(groups)  # (label, ranks): a span whose group is i ran on groups[i]
 
-    def module_of(self, bucket):
+    def module_of(self, bucket: int) -> str | None:
         """The module (an FSDP unit, "" its root; a tensor-parallel layer) a collective with this bucket
         code serves, or None."""
         return self.units[-2 - bucket] if bucket <= -2 and -2 - bucket < len(self.units) else None
 
-    def group_of(self, code):
+    def group_of(self, code: int) -> str | None:
         """The label of the group a collective with this group code ran on, or None."""
         return self.groups[code][0] if 0 <= code < len(self.groups) else None
 
-    def __len__(self):
+    def __len__(self) -> int:
         return len(self.rows)
 
     # ------------------------------------------------------------------ tables
-    def records(self):
+    def records(self) -> Iterator[dict[str, Any]]:
         for row in self.rows:
             yield {"rank": int(row["rank"]), "step": int(row["step"]), "phase": PHASES[row["phase"]],
                    "start": float(row["start"]), "end": float(row["end"]), "op": OPS[row["op"]] or None,
@@ -277,7 +295,7 @@ class Timeline:
                    "module": self.module_of(int(row["bucket"])), "group": self.group_of(int(row["group"])),
                    "bytes": int(row["bytes"]) if row["phase"] == COMM else None, "wait": float(row["wait"])}
 
-    def to_pandas(self):
+    def to_pandas(self) -> pandas.DataFrame:
         import pandas as pd
 
         columns = ["rank", "step", "phase", "start", "end", "op", "bucket", "module", "group", "bytes", "wait"]
@@ -300,10 +318,10 @@ class Timeline:
         return frame
 
     @functools.cached_property
-    def _steps(self):
+    def _steps(self) -> tuple[Array, Array, dict[str, Array]]:
         return _parts(self.rows)
 
-    def steps(self):
+    def steps(self) -> dict[int, dict[int, dict[str, float]]]:
         """Per rank and step, where the time went (seconds): compute (forward, optimizer, and backward until
         its last gradient bucket was ready, less the collectives the rank's thread waited in there: FSDP's
         gathers and reduce-scatters, a tensor-parallel layer's all-reduce), comm (collectives not hidden
@@ -311,37 +329,37 @@ class Timeline:
         all-reduces, on gloo's own thread, under backward's compute: its overlap), and the step's length.
         {rank: {step: {...}}}."""
         ranks, steps, parts = self._steps
-        out = {}
+        out: dict[int, dict[int, dict[str, float]]] = {}
         for i, (r, step) in enumerate(zip(ranks.tolist(), steps.tolist())):
             out.setdefault(r, {})[step] = {k: float(v[i]) for k, v in parts.items()}
         return out
 
-    def breakdown(self, last=None):
+    def breakdown(self, last: int | None = None) -> dict[int, dict[str, float]]:
         """{rank: {"steps", "compute", "comm", "wait", "data", "hidden", "step"}}: seconds per step, averaged
         over the rank's steps (or its `last` steps)."""
         ranks, _, parts = self._steps  # (sorted by rank, then step)
-        out = {}
+        out: dict[int, dict[str, float]] = {}
         for r in self.ranks:
             mine = np.flatnonzero(ranks == r)
             chosen = mine[-last:] if last else mine
             out[r] = {"steps": len(mine), **{k: float(parts[k][chosen].mean()) if len(chosen) else 0.0 for k in PARTS}}
         return out
 
-    def summary(self):
+    def summary(self) -> pandas.DataFrame:
         import pandas as pd
 
         rows = [{"rank": r, **b} for r, b in self.breakdown().items()]
         return pd.DataFrame(rows, columns=["rank", "steps", *PARTS])
 
     @property
-    def memory(self):
+    def memory(self) -> pandas.DataFrame:
         import pandas as pd
 
         rows = [{"rank": r, **{k: self._memory.get(r, {}).get(k) for k in MEMORY}} for r in self.ranks]
         return pd.DataFrame(rows, columns=["rank", *MEMORY])
 
     # ------------------------------------------------------------------ who waits for whom
-    def blame(self):
+    def blame(self) -> dict[int, float]:
         """{rank: seconds per step each other rank spent waiting for it, on average}: in each step, the
         waits of the others are charged to the rank that arrived last at that step's collectives most often."""
         comm = self.rows[self.rows["phase"] == COMM]
@@ -360,7 +378,7 @@ class Timeline:
         index = {r: i for i, r in enumerate(self.ranks)}
         steps, at = np.unique(latest["step"], return_inverse=True)
         last_arrivals = np.zeros((len(steps), len(self.ranks)))
-        np.add.at(last_arrivals, (at.ravel(), [index[int(r)] for r in latest["rank"]]), 1)
+        np.add.at(last_arrivals, (at.ravel(), [index[int(r)] for r in latest["rank"]]), 1)  # type: ignore[arg-type]
         culprit = last_arrivals.argmax(axis=1)  # (ties: the lowest rank)
         waits = np.zeros((len(steps), len(self.ranks)))  # each rank's wait at those steps
         ranks, rank_steps, parts = self._steps
@@ -374,13 +392,13 @@ class Timeline:
         n, peers = len(steps), max(1, len(self.ranks) - 1)
         return {r: float(total[i]) / n / peers for r, i in index.items()}
 
-    def verdict(self):
+    def verdict(self) -> str:
         """The slowest rank named ("rank 2 is the slowest: the others wait 31 ms per step for it"), or
         communication named when no rank holds the others back, in the pool's language."""
         if not len(self.rows):
             return say(self.lang, "no spans recorded: the cell ran no training step (forward, backward, collectives)")
         blame, parts = self.blame(), self.breakdown()
-        slowest = max(blame, key=blame.get)
+        slowest = max(blame, key=lambda r: blame[r])
         step = max(p["step"] for p in parts.values()) or 1e-9
         if blame[slowest] > 0.2 * step:  # (noise makes some rank last everywhere: a fifth of a step is not noise)
             return say(self.lang, "rank {rank} is the slowest: the others wait {ms:.0f} ms per step for it",
@@ -393,9 +411,9 @@ class Timeline:
                    share=100 * comm / step)
 
     # ------------------------------------------------------------------ files and views
-    def trace(self):
+    def trace(self) -> dict[str, Any]:
         """Chrome's trace event format: one process per rank, a thread for compute and one for comm."""
-        events = []
+        events: list[dict[str, Any]] = []
         for r in self.ranks:
             events.append({"ph": "M", "pid": r, "name": "process_name", "args": {"name": f"rank {r}"}})
         for rec in self.records():
@@ -406,19 +424,19 @@ class Timeline:
                            "args": {"step": rec["step"], "bytes": rec["bytes"], "wait_us": round(rec["wait"] * 1e6, 1)}})
         return {"traceEvents": events, "displayTimeUnit": "ms"}
 
-    def save(self, path):
+    def save(self, path: str) -> int:
         with open(path, "w") as f:
             json.dump(self.trace(), f)
         return len(self.rows)
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         return "\n".join([say(self.lang, "timeline of cell {cell}: {n} spans from {ranks} ranks", cell=self.cell,
                               n=len(self), ranks=len(self.ranks)), *self.lines()])
 
-    def _repr_html_(self):
+    def _repr_html_(self) -> str:
         return picture(self, steps=4)
 
-    def lines(self, last=None):
+    def lines(self, last: int | None = None) -> list[str]:
         """The breakdown as text lines (a terminal, %ddp_timeline printed), of the `last` steps or all."""
         lines = [say(self.lang, "per step (ms): rank  compute  comm  wait  data  step")]
         for r, b in self.breakdown(last).items():

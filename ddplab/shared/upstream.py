@@ -25,7 +25,7 @@ import importlib.util
 import logging
 import sys
 import threading
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 log = logging.getLogger("ddplab")
 
@@ -38,7 +38,7 @@ class Name(NamedTuple):
     uses: str = ""  # text the source of `path` must contain: how the package uses it, or calls ddplab back
 
     @property
-    def shown(self):
+    def shown(self) -> str:
         return self.path.replace(":", ".")
 
 
@@ -62,7 +62,7 @@ TRACEBACK = "ddplab's errors in a few lines instead of a long traceback"
 TITLE = "the lessons' checks of a figure's title"
 FIRST = "the one-line error when TensorFlow or JAX ran before ddplab.tf_config() / ddplab.jax_distributed()"
 
-NAMES = {n.path: n for n in (
+NAMES: dict[str, Name] = {n.path: n for n in (
     # torch: the timeline (recorder.py)
     Name("torch", "torch.autograd:Variable._execution_engine.queue_callback", BUCKETS),
     Name("torch", "torch.distributed:Reducer._update_process_group", BUCKETS),
@@ -133,7 +133,7 @@ _off_lock = threading.Lock()
 
 
 # ------------------------------------------------------------------ at run time
-def get(path, obj=None, default=None):
+def get(path: str, obj: object = None, default: Any = None) -> Any:
     """The object `path` names (a registered name), or, given `obj`, that attribute of `obj`; where it
     is gone, `default`, and its feature is turned off (said once: feature_off)."""
     name = NAMES[path]  # (a KeyError: the name is not listed here, and must be)
@@ -146,12 +146,12 @@ def get(path, obj=None, default=None):
         return default
 
 
-def has(path, obj=None):
+def has(path: str, obj: object = None) -> bool:
     """Whether `path` (or that attribute of `obj`) is there; if not, its feature is turned off (said once)."""
     return get(path, obj, _MISSING) is not _MISSING
 
 
-def feature_off(path, quiet=False):
+def feature_off(path: str, quiet: bool = False) -> None:
     """Turn off what needs `path`: one warning on the "ddplab" logger the first time in this process
     (quiet: recorded, not said: the notebook says it, zygote.py)."""
     name = NAMES[path]
@@ -163,14 +163,14 @@ def feature_off(path, quiet=False):
         log.warning("ddplab turned off %s: %s %s has no %s", name.feature, name.owner, version(name.owner), name.shown)
 
 
-def turned_off():
+def turned_off() -> list[str]:
     """The paths turned off in this process so far, sorted."""
     with _off_lock:
         return sorted(_off)
 
 
 # ------------------------------------------------------------------ checking
-def check(imported_only=False, deep=True):
+def check(imported_only: bool = False, deep: bool = True) -> dict[str, str]:
     """{path: why} for each listed name that moved in the installed packages. imported_only: only those
     whose module is imported already (nothing imported here); deep: also the `uses` checks, which read a
     function's source (a few tens of milliseconds each)."""
@@ -184,7 +184,7 @@ def check(imported_only=False, deep=True):
     return moved
 
 
-def problem(name, deep=True):
+def problem(name: Name, deep: bool = True) -> str | None:
     """Why `name` is not as ddplab needs it in the installed package, or None."""
     import inspect
 
@@ -192,7 +192,7 @@ def problem(name, deep=True):
         if name.instance:  # set on each instance (in __init__, or later): its module's source must still set it
             owner, _, attribute = name.path.rpartition(".")
             module = importlib.import_module(resolve(owner).__module__)
-            with open(inspect.getsourcefile(module), encoding="utf-8") as f:
+            with open(inspect.getsourcefile(module), encoding="utf-8") as f:  # type: ignore[arg-type]  # (None: TypeError)
                 if f"self.{attribute} =" not in f.read():
                     return f"{name.shown} (no self.{attribute} = in {module.__name__})"
         elif deep and name.uses:
@@ -208,7 +208,7 @@ def problem(name, deep=True):
     return None
 
 
-def resolve(path):
+def resolve(path: str) -> Any:
     """The object "module:Object.attribute" (or "module") names, importing the module if it must."""
     module, _, attributes = path.partition(":")
     found = importlib.import_module(module)
@@ -217,7 +217,7 @@ def resolve(path):
     return found
 
 
-def version(owner):
+def version(owner: str) -> str:
     from importlib.metadata import PackageNotFoundError
     from importlib.metadata import version as installed
 
@@ -227,5 +227,5 @@ def version(owner):
         return "(version unknown)"
 
 
-def _attribute(path):
+def _attribute(path: str) -> str:
     return path.rpartition(":")[2].rpartition(".")[2]

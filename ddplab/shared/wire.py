@@ -24,11 +24,52 @@ A message whose signature is missing or wrong is dropped before anything of it i
 is signed but malformed is dropped too. Nothing here raises on bad input from a socket: decode()
 returns a reason instead. Stdlib only (engines import this); decoding makes numpy arrays.
 """
+from __future__ import annotations
+
 import hashlib
 import hmac
 import json
 import sys
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Protocol, TypeAlias, TypedDict, cast
+
+if TYPE_CHECKING:  # (for the checker only: engines import this module, stdlib only)
+    import array
+
+    import numpy.typing as npt
+    import zmq
+    from typing_extensions import Buffer
+
+    class Column(Buffer, Protocol):
+        """n values in a buffer: array.array, a numpy array, bytes."""
+
+        def __len__(self) -> int: ...
+
+    Frame: TypeAlias = Buffer | zmq.Frame  # a frame as sent or received (a zmq.Frame is a buffer too)
+    Array: TypeAlias = npt.NDArray[Any]  # a column as decoded (numpy, read-only: it views its frame)
+
+
+class Where(TypedDict, total=False):
+    """Where a rank is while a long cell runs (probe.py), as decode() checks it: each field may be null."""
+
+    line: int | None  # the cell's line
+    op: str | None  # the collective it waits in
+    group: str | None  # "default" or "ranks 0,1"
+    shape: list[int] | None
+    dtype: str | None
+    since: float | None  # seconds it has waited
+    calls: int | None  # collectives it entered this cell
+
+
+class Calls(TypedDict):
+    """With a cell's last batch: the collectives the rank entered, and the last one."""
+
+    calls: int
+    last: Where | None
+
+
+Event: TypeAlias = "tuple[float, str, str | None]"  # (time, kind, value)
 
 VERSION = 1
 MAX_POINTS = 1_000_000  # per batch: far more than 0.25 s of logging
@@ -41,17 +82,25 @@ TYPECODES = {"step": "q", "time": "d", "loss": "d", "samples": "d"}
 LITTLE = sys.byteorder == "little"
 
 
-def sign(key, frames):
+def sign(key: bytes, frames: Iterable[Frame]) -> bytes:
     mac = hmac.new(key, digestmod=hashlib.sha256)
     for frame in frames:
-        view = memoryview(frame)
+        view = _view(frame)
         mac.update(view.nbytes.to_bytes(8, "little"))
         mac.update(view)
     return mac.digest()
 
 
-def encode(key, rank, cell, columns, final=False, events=(), extras=None, where=None, calls=None, gen=0, seq=0,
-           spans=None, memory=None):
+def _view(frame: Frame) -> memoryview:
+    """A frame's bytes (a zmq.Frame has the buffer protocol: pyzmq's stubs do not say so)."""
+    return memoryview(cast("Buffer", frame))
+
+
+def encode(key: bytes, rank: int, cell: int, columns: Mapping[str, Column], final: bool = False,
+           events: Iterable[Sequence[Any]] = (), extras: Mapping[str, tuple[Column, Column]] | None = None,
+           where: Mapping[str, Any] | None = None, calls: Mapping[str, Any] | None = None, gen: int = 0,
+           seq: int = 0, spans: Mapping[str, Column] | None = None,
+           memory: Mapping[str, int] | None = None) -> list[Buffer]:
     """The frames of one batch. columns: step, time, loss, samples as array.array (or any
     buffer of n 8-byte values); extras: {name: (int32 indices, float64 values)}; spans: the timeline's
     columns (SPAN_FIELDS, array.array each); memory: {rss, params, ...: bytes}."""
@@ -61,19 +110,20 @@ def encode(key, rank, cell, columns, final=False, events=(), extras=None, where=
     header = json.dumps({"v": VERSION, "rank": rank, "gen": gen, "seq": seq, "cell": cell, "n": n, "final": bool(final),
                          "events": [list(e) for e in events], "extras": list(extras), "where": where,
                          "calls": calls, "spans": k, "memory": memory}).encode()
-    frames = [header, *(_little(columns[c]) for c in COLUMNS)]
+    frames: list[Buffer] = [header, *(_little(columns[c]) for c in COLUMNS)]
     for name in extras:
         index, values = extras[name]
         frames += [_little(index), _little(values)]
-    if k:
+    if k and spans is not None:
         frames += [_little(spans[name]) for name, _ in SPAN_FIELDS]
     return [sign(key, frames), *frames]
 
 
-def _little(buffer):
+def _little(buffer: Column) -> Column:
     if LITTLE or not hasattr(buffer, "byteswap"):
         return buffer
-    swapped = type(buffer)(buffer.typecode, buffer)
+    values = cast("array.array[Any]", buffer)  # (an array.array: the ranks' columns)
+    swapped = type(values)(values.typecode, values)
     swapped.byteswap()
     return swapped
 
@@ -85,27 +135,28 @@ class Batch:
     rank: int
     cell: int
     final: bool
-    step: object
-    time: object
-    loss: object
-    samples: object
-    events: list = field(default_factory=list)  # (time, kind, value)
-    extras: dict = field(default_factory=dict)  # name -> (indices, values)
-    where: dict | None = None  # where the rank is (a long cell): line, op, group, shape, dtype, since, calls
-    calls: dict | None = None  # with the cell's last batch: {"calls": collectives it entered, "last": the last one}
+    step: Array  # int64
+    time: Array  # float64, as are loss and samples
+    loss: Array
+    samples: Array
+    events: list[Event] = field(default_factory=list)  # (time, kind, value)
+    extras: dict[str, tuple[Array, Array]] = field(default_factory=dict)  # name -> (indices int32, values float64)
+    where: Where | None = None  # where the rank is (a long cell): line, op, group, shape, dtype, since, calls
+    calls: Calls | None = None  # with the cell's last batch: {"calls": collectives it entered, "last": the last one}
     gen: int = 0  # the forming of the group it was sent in
     seq: int = 0  # its number among the rank's batches of that forming
-    spans: dict | None = None  # the timeline's columns since the last batch (SPAN_FIELDS), or None
-    memory: dict | None = None  # what the rank holds: rss, params, grads, optimizer, buckets (bytes), now and then
+    spans: dict[str, Array] | None = None  # the timeline's columns since the last batch (SPAN_FIELDS), or None
+    memory: dict[str, int] | None = None  # what the rank holds: rss, params, grads, optimizer, buckets (bytes), now
+    # and then
 
-    def __len__(self):
+    def __len__(self) -> int:
         return len(self.step)
 
 
-def decode(key, frames):
+def decode(key: bytes, frames: Sequence[Frame]) -> tuple[Batch, None] | tuple[None, str]:
     """(Batch, None), or (None, why) for a message to drop: "unsigned" (no or a wrong signature)
     or "malformed". Checks the signature before it reads anything else."""
-    if len(frames) < 2 + len(COLUMNS) or not hmac.compare_digest(bytes(frames[0]), sign(key, frames[1:])):
+    if len(frames) < 2 + len(COLUMNS) or not hmac.compare_digest(bytes(_view(frames[0])), sign(key, frames[1:])):
         return None, "unsigned"
     try:
         return _parse(frames[1:]), None
@@ -113,10 +164,10 @@ def decode(key, frames):
         return None, "malformed"
 
 
-def _parse(frames):
+def _parse(frames: Sequence[Frame]) -> Batch:
     import numpy as np
 
-    raw = bytes(frames[0])
+    raw = bytes(_view(frames[0]))
     if len(raw) > MAX_HEADER:
         raise ValueError("header too long")
     h = json.loads(raw)
@@ -134,22 +185,22 @@ def _parse(frames):
         raise ValueError("bad spans count")
     if len(frames) != 1 + len(COLUMNS) + 2 * len(names) + (len(SPAN_FIELDS) if k else 0):
         raise ValueError("wrong number of frames")
-    cols = {}
+    cols: dict[str, Array] = {}
     for c, frame in zip(COLUMNS, frames[1:]):
-        cols[c] = np.frombuffer(frame, dtype="<i8" if c == "step" else "<f8")
+        cols[c] = np.frombuffer(_view(frame), dtype="<i8" if c == "step" else "<f8")
         if len(cols[c]) != n:
             raise ValueError(f"{c}: {len(cols[c])} values, not {n}")
-    extras = {}
+    extras: dict[str, tuple[Array, Array]] = {}
     rest = frames[1 + len(COLUMNS):]
     for i, name in enumerate(names):
-        index = np.frombuffer(rest[2 * i], dtype="<i4")
-        values = np.frombuffer(rest[2 * i + 1], dtype="<f8")
+        index = np.frombuffer(_view(rest[2 * i]), dtype="<i4")
+        values = np.frombuffer(_view(rest[2 * i + 1]), dtype="<f8")
         if len(index) != len(values) or (len(index) and not 0 <= index.min() <= index.max() < n):
             raise ValueError(f"extra {name!r}: bad indices")
         extras[name] = (index, values)
     spans = None
     if k:
-        spans = {name: np.frombuffer(frame, dtype=dtype) for (name, dtype), frame in
+        spans = {name: np.frombuffer(_view(frame), dtype=dtype) for (name, dtype), frame in
                  zip(SPAN_FIELDS, frames[1 + len(COLUMNS) + 2 * len(names):])}
         if any(len(column) != k for column in spans.values()):
             raise ValueError("bad span columns")
@@ -158,25 +209,27 @@ def _parse(frames):
                                    and all(_whole(v, 2**62) for v in memory.values())):
         raise ValueError("bad memory")
     where = _where(h.get("where"))
-    calls = h.get("calls")
-    if calls is not None:
-        if not (isinstance(calls, dict) and set(calls) <= {"calls", "last"} and _whole(calls.get("calls"))):
+    sent = h.get("calls")
+    calls: Calls | None = None
+    if sent is not None:
+        if not (isinstance(sent, dict) and set(sent) <= {"calls", "last"} and _whole(sent.get("calls"))):
             raise ValueError("bad calls")
-        calls = {"calls": calls["calls"], "last": _where(calls.get("last"))}
-    checked = []
+        calls = {"calls": sent["calls"], "last": _where(sent.get("last"))}
+    checked: list[Event] = []
     for e in events:
         if not (isinstance(e, list) and len(e) == 3 and isinstance(e[0], (int, float)) and isinstance(e[1], str)
                 and (e[2] is None or isinstance(e[2], str))):
             raise ValueError("bad event")
-        checked.append(tuple(e))
+        checked.append((e[0], e[1], e[2]))
     return Batch(rank, cell, final, cols["step"], cols["time"], cols["loss"], cols["samples"], checked, extras, where,
                  calls, gen, seq, spans, memory)
 
 
-WHERE = {"line": int, "op": str, "group": str, "shape": list, "dtype": str, "since": (int, float), "calls": int}
+WHERE: dict[str, type | tuple[type, ...]] = {
+    "line": int, "op": str, "group": str, "shape": list, "dtype": str, "since": (int, float), "calls": int}
 
 
-def _where(w):
+def _where(w: Any) -> Where | None:
     """A where-record as a rank sends it, checked field by field (None: not sent)."""
     if w is None:
         return None
@@ -187,27 +240,27 @@ def _where(w):
             raise ValueError(f"bad where.{k}")
     if w.get("shape") is not None and not all(isinstance(d, int) for d in w["shape"]):
         raise ValueError("bad where.shape")
-    return w
+    return cast(Where, w)
 
 
-def _whole(x, limit=2**31):
+def _whole(x: object, limit: int = 2**31) -> bool:
     return isinstance(x, int) and not isinstance(x, bool) and 0 <= x < limit
 
 
-def encode_command(key, to, gen, seq, **command):
+def encode_command(key: bytes, to: int, gen: int, seq: int, **command: Any) -> list[bytes]:
     """The frames of a command from the notebook to rank `to` (in the group's forming `gen`; `seq`
     grows with every command the notebook sends)."""
     body = json.dumps({**command, "to": to, "gen": gen, "seq": seq}).encode()
     return [sign(key, [body]), body]
 
 
-def decode_command(key, frames, rank, gen, last_seq):
+def decode_command(key: bytes, frames: Sequence[Frame], rank: int, gen: int, last_seq: int) -> dict[str, Any] | None:
     """The command in `frames` if it is signed with `key`, meant for `rank` in forming `gen`, and
     newer than `last_seq`; else None (dropped unread, or as a replay)."""
-    if len(frames) != 2 or not hmac.compare_digest(bytes(frames[0]), sign(key, frames[1:])):
+    if len(frames) != 2 or not hmac.compare_digest(bytes(_view(frames[0])), sign(key, frames[1:])):
         return None
     try:
-        command = json.loads(bytes(frames[1]))
+        command = json.loads(bytes(_view(frames[1])))
     except (ValueError, UnicodeDecodeError):
         return None
     if not (isinstance(command, dict) and command.get("to") == rank and command.get("gen") == gen

@@ -7,20 +7,23 @@ string of ddplab's in one place) and formatted with the same values. A key may s
 context, "elapsed|running", where one English word needs two Chinese ones; English drops it.
 A key missing from the catalogue is said in English (tests/unit/test_words.py checks none is).
 """
+from collections.abc import Sequence
+from typing import Any
+
 from .zh import ZH
 
 
-def say(lang, text, **values):
+def say(lang: str, text: str, **values: Any) -> str:
     """`text` in `lang`, formatted with `values`."""
     template = ZH.get(text, text.rsplit("|", 1)[-1]) if lang == "zh" else text.rsplit("|", 1)[-1]
     return template.format(**values) if values else template
 
 
-def plural(n, word):
+def plural(n: int, word: str) -> str:
     return f"{word}{'s' if n != 1 else ''}"
 
 
-def ranks_text(ranks, lang="en"):
+def ranks_text(ranks: Sequence[int], lang: str = "en") -> str:
     """"ranks 0, 1, 3" / "rank 0、1、3"."""
     if lang == "zh":
         return "rank " + "、".join(map(str, ranks))

@@ -3,7 +3,7 @@
 engine 引擎, pool 进程池, cell 单元格, step 步, straggler 慢节点. A key "context|text" is the English
 text for one context of several (the dashboard's "running" is not the elapsed time's)."""
 
-ZH = {
+ZH: dict[str, str] = {
     # --- magics.py
     "a pool of {n} ranks is already running; nothing changed. Use %ddp_restart for a fresh pool, or %ddp_stop then %ddp_start N.":
         "已有一个 {n} 个 rank 的进程池在运行，什么也没有改变。要一个新的进程池用 %ddp_restart，或者先 %ddp_stop 再 %ddp_start N。",
