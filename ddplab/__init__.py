@@ -11,6 +11,34 @@ zygote, launchers, the reaper), shared/ (pure data and the wire format), beside 
 lessons/. Engines import ddplab.rank only, so the names below load lazily.
 """
 import logging
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # what the lazy names below are, for type checkers (nothing is imported at run time)
+    from IPython.core.interactiveshell import InteractiveShell
+
+    from .kernel.cell import RunResult as RunResult
+    from .kernel.lab import Lab as Lab
+    from .kernel.magics import DDPMagics
+    from .rank import checkpoint as checkpoint
+    from .rank import history as history
+    from .rank import jax_distributed as jax_distributed
+    from .rank import knob as knob
+    from .rank import log as log
+    from .rank import mesh as mesh
+    from .rank import phase as phase
+    from .rank import tf_config as tf_config
+    from .shared.config import DDPLab as DDPLab
+    from .shared.config import PoolConfig as PoolConfig
+    from .shared.errors import BadRequest as BadRequest
+    from .shared.errors import CellTimeout as CellTimeout
+    from .shared.errors import DDPLabError as DDPLabError
+    from .shared.errors import Interrupted as Interrupted
+    from .shared.errors import NameMissing as NameMissing
+    from .shared.errors import PoolAlreadyRunning as PoolAlreadyRunning
+    from .shared.errors import PoolNotRunning as PoolNotRunning
+    from .shared.errors import RankFailed as RankFailed
+    from .shared.errors import RankLost as RankLost
+    from .shared.errors import StartFailed as StartFailed
 
 __version__ = "0.1.0"
 
@@ -39,7 +67,7 @@ __all__ = ["__version__", "load_ipython_extension", "unload_ipython_extension", 
 _RANK = ("log", "phase", "history", "knob", "mesh", "tf_config", "jax_distributed")
 
 
-def __getattr__(name):
+def __getattr__(name: str) -> Any:
     import importlib
 
     if name in _LAZY:
@@ -51,10 +79,10 @@ def __getattr__(name):
     raise AttributeError(f"module 'ddplab' has no attribute {name!r}")
 
 
-_magics: dict[int, object] = {}  # shell -> its DDPMagics, so loading twice keeps the running pool
+_magics: "dict[int, DDPMagics]" = {}  # shell -> its DDPMagics, so loading twice keeps the running pool
 
 
-def load_ipython_extension(shell):
+def load_ipython_extension(shell: "InteractiveShell") -> None:
     """%load_ext ddplab: register the %ddp_* magics (loading again is harmless)."""
     if id(shell) in _magics:
         return
@@ -77,7 +105,7 @@ def load_ipython_extension(shell):
     _magics[id(shell)] = magics
 
 
-def unload_ipython_extension(shell):
+def unload_ipython_extension(shell: "InteractiveShell") -> None:
     """%unload_ext ddplab: stop the pool and forget the magics' state."""
     magics = _magics.pop(id(shell), None)
     if magics is not None and magics.lab is not None:

@@ -6,12 +6,18 @@ decisions (these ranks are lost, the group must be re-formed), and the Lab acts 
 """
 import ast
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Literal, cast
 
 from ..shared import state as st
 from ..shared.errors import UNDELIVERED, RankError, is_echo
 from ..shared.words import ranks_text, say
-from .monitor import Monitor, Replies
+from .monitor import Hooks, Monitor, Outcome, Replies
+
+if TYPE_CHECKING:
+    from ..shared.state import RunState
+    from .telemetry import Live, Telemetry
 
 
 @dataclass
@@ -21,8 +27,8 @@ class RankOutput:
     rank: int
     stdout: str = ""
     stderr: str = ""
-    result: dict | None = None  # mime bundle of the cell's last expression, like Out[...]
-    displays: list = field(default_factory=list)  # display_data outputs (plots, html)
+    result: dict[str, Any] | None = None  # mime bundle of the cell's last expression, like Out[...]
+    displays: list[Any] = field(default_factory=list)  # display_data outputs (plots, html)
     error: RankError | None = None
 
 
@@ -30,25 +36,25 @@ class RankOutput:
 class RunResult:
     """Per-rank outputs of one cell, indexed by rank order of `ranks`."""
 
-    ranks: list
-    outputs: list
+    ranks: list[int]
+    outputs: list[RankOutput]
     seconds: float = 0.0
-    failure_order: list = field(default_factory=list)  # failed ranks, root cause first
-    recovery: list = field(default_factory=list)  # what ddplab did about failures, for the user
-    hints: list = field(default_factory=list)  # what the cell did by mistake, said once (diagnose.HINTS)
+    failure_order: list[int] = field(default_factory=list)  # failed ranks, root cause first
+    recovery: list[str] = field(default_factory=list)  # what ddplab did about failures, for the user
+    hints: list[str] = field(default_factory=list)  # what the cell did by mistake, said once (diagnose.HINTS)
     waited: str = ""  # where the ranks were the last time some waited in a collective (a long cell)
 
-    def __getitem__(self, rank):
+    def __getitem__(self, rank: int) -> RankOutput:
         return self.outputs[self.ranks.index(rank)]
 
     @property
-    def stdout(self):
+    def stdout(self) -> list[str]:
         return [o.stdout for o in self.outputs]
 
     @property
-    def failed(self):
+    def failed(self) -> dict[int, RankError]:
         """rank -> RankError, the root cause first."""
-        return {r: self[r].error for r in self.failure_order}
+        return cast("dict[int, RankError]", {r: self[r].error for r in self.failure_order})  # (each has one)
 
 
 @dataclass
@@ -57,15 +63,15 @@ class Recovery:
     re-form); lost: ranks whose engine died (the user brings them back with %ddp_restart);
     reform: the group may be broken; form it again on the same engines (variables kept)."""
 
-    restart: list = field(default_factory=list)
-    lost: list = field(default_factory=list)
+    restart: list[int] = field(default_factory=list)
+    lost: list[int] = field(default_factory=list)
     reform: bool = False
 
-    def __bool__(self):
+    def __bool__(self) -> bool:
         return bool(self.restart or self.lost or self.reform)
 
 
-def shows_a_value(code):
+def shows_a_value(code: str) -> bool:
     """Whether a cell ends with an expression whose value is shown (Out[...]). Other cells run
     "silent" on the engines, as ipyparallel's view.execute does by default: no execute_input
     broadcast and no display hook, a millisecond or two less per cell on a busy machine."""
@@ -76,14 +82,15 @@ def shows_a_value(code):
     return bool(body) and isinstance(body[-1], ast.Expr)
 
 
-def execute(view, code, ranks, live, telemetry, hooks, timeout=None, lang="en"):
+def execute(view: Any, code: str, ranks: list[int], live: "Live", telemetry: "Telemetry | None", hooks: Hooks,
+            timeout: float | None = None, lang: str = "en") -> tuple[Outcome, Literal["timeout", "interrupt"] | None]:
     """Run `code` on `ranks` (view: a DirectView on their engines) until every rank is done or
     gone. Returns (Outcome, stopped_by: None, "timeout" or "interrupt"). Ctrl-C and the timeout
     send SIGINT to every rank still running, and wait (escalating) until none runs."""
     tic = time.perf_counter()
     ar = view.execute(code, silent=not shows_a_value(code), block=False)
     monitor = Monitor(Replies(ar, ranks), ranks, live, telemetry, hooks, lang)
-    stopped_by = None
+    stopped_by: Literal["timeout", "interrupt"] | None = None
     try:
         if not monitor.wait(None if timeout is None else tic + timeout):
             stopped_by = "timeout"
@@ -95,7 +102,8 @@ def execute(view, code, ranks, live, telemetry, hooks, timeout=None, lang="en"):
     return monitor.finish(), stopped_by
 
 
-def rank_error(rank, reply=None, lost_why=None, where=None, step=None):
+def rank_error(rank: int, reply: Any = None, lost_why: str | None = None, where: dict[str, Any] | None = None,
+               step: int | None = None) -> RankError:
     """The RankError of a rank that raised (reply: the exception) or was lost (lost_why)."""
     where = where or {}
     engine, pid, host = where.get("engine"), where.get("pid"), where.get("host", "")
@@ -107,11 +115,11 @@ def rank_error(rank, reply=None, lost_why=None, where=None, step=None):
     return RankError(ename, evalue, tb, engine, pid, host, step)
 
 
-def collect(outcome, run_state, info, seconds):
+def collect(outcome: Outcome, run_state: "RunState", info: Sequence[dict[str, Any]], seconds: float) -> RunResult:
     """Every rank's outputs and outcome as a RunResult, root cause of a failure first and its
     echoes after; each rank's state set to done, failed or (kept) lost.
     info: what each rank reported on joining (engine, pid, host), by rank."""
-    outputs = []
+    outputs: list[RankOutput] = []
     for seen in outcome.seen:
         r = seen.rank
         o = RankOutput(r, seen.stdout, seen.stderr, displays=list(seen.displays))
@@ -132,19 +140,19 @@ def collect(outcome, run_state, info, seconds):
             run_state.set_state(r, st.DONE if seen.reply is not None else st.READY)
         run_state.set_output(r, o.stdout)
         outputs.append(o)
-    failed = [o for o in outputs if o.error]
+    failed = [(o.rank, o.error) for o in outputs if o.error]
     # the root cause: a rank that raised (or died) on its own; echoes are cut-off collectives
-    order = sorted(failed, key=lambda o: (is_echo(o.error), outcome.failed_at.get(o.rank, float("inf"))))
-    return RunResult(list(outcome.ranks), outputs, seconds, [o.rank for o in order], waited=outcome.waited)
+    order = sorted(failed, key=lambda f: (is_echo(f[1]), outcome.failed_at.get(f[0], float("inf"))))
+    return RunResult(list(outcome.ranks), outputs, seconds, [r for r, _ in order], waited=outcome.waited)
 
 
-def comm_error(error):
+def comm_error(error: RankError) -> bool:
     """An error from inside torch.distributed: the group may be broken."""
     text = f"{error.ename} {error.evalue} " + " ".join(error.traceback_lines)
     return error.ename.startswith("Dist") or "gloo" in text.lower() or "torch/distributed/" in text
 
 
-def plan_recovery(outcome, result):
+def plan_recovery(outcome: Outcome, result: RunResult) -> Recovery:
     """What must be done after this cell (see Recovery)."""
     if outcome.killed:
         return Recovery(restart=sorted(outcome.killed))
@@ -160,7 +168,7 @@ def plan_recovery(outcome, result):
 TF_ABORTED = "collective ops is aborted"  # (TensorFlow's words, once a peer failed: errors.ECHOES)
 
 
-def framework_notes(result, lang="en"):
+def framework_notes(result: RunResult, lang: str = "en") -> list[str]:
     """What the failure left of another framework's state on the ranks: TensorFlow aborts its collectives
     for good (in that process) once a worker of a MultiWorkerMirroredStrategy failed."""
     aborted = sorted(r for r, e in result.failed.items() if TF_ABORTED in f"{e.ename} {e.evalue}".lower())
@@ -171,7 +179,8 @@ def framework_notes(result, lang="en"):
                 ranks=ranks_text(aborted, lang))]
 
 
-def recovery_notes(plan, world_size, escalate, seconds=0.0, stale=(), lang="en"):
+def recovery_notes(plan: Recovery, world_size: int, escalate: float, seconds: float = 0.0,
+                   stale: Sequence[tuple[str, str]] = (), lang: str = "en") -> list[str]:
     """What was done, for the user (in the pool's language): one sentence per action."""
     if plan.restart:
         killed = plan.restart

@@ -2,6 +2,7 @@
 import argparse
 import sys
 import time
+from collections.abc import Sequence
 
 from .. import __version__
 from ..shared.errors import DDPLabError, RankFailed
@@ -12,7 +13,7 @@ summary = train_ddp(steps={steps}, batch={batch})
 """
 
 
-def demo(ranks=None, steps=200, batch=64):
+def demo(ranks: int | None = None, steps: int = 200, batch: int = 64) -> int:
     """Start a pool, train, print the summary, stop. Returns the process exit code."""
     from ..dashboard.text import Progress, TextView
     from ..processes.zygote import running_zygote, stop_zygote
@@ -49,7 +50,7 @@ def demo(ranks=None, steps=200, batch=64):
     return 0 if same else 1
 
 
-def main(argv=None):
+def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="ddplab", description="Interactive PyTorch DDP on CPU.")
     parser.add_argument("--version", action="version", version=f"ddplab {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)

@@ -3,6 +3,8 @@ stepped together or a few at a time (stepping.py, %ddp_step); a post-mortem pdb 
 exception, one command at a time (%ddp_debug); and the models' parameters compared across ranks
 (%ddp_check). The engine side is Probe (probe.py) and Breakpoints (breakpoints.py)."""
 import time
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any
 
 from ..rank import call
 from ..shared.errors import BadRequest, NameMissing
@@ -12,22 +14,22 @@ from .telemetry import stack_of
 
 
 class Debugger:
-    def __init__(self, lab):
-        self.lab = lab
+    def __init__(self, lab: Any) -> None:
+        self.lab = lab  # the Lab that made this (lab.py imports this module, so the import contracts keep the type out)
         self.stepper = Stepper(lab)
 
-    def stopped(self):
+    def stopped(self) -> dict[int, dict[str, Any]]:
         """{rank: where} of the ranks of the running cell stopped at a breakpoint (pdb waiting)."""
         return self.stepper.stopped()
 
-    def step(self, line, ranks=None):
+    def step(self, line: str, ranks: Iterable[int] | None = None) -> dict[int, dict[str, Any] | None]:
         """A pdb command to ranks stopped at a breakpoint in a background cell (or from another thread):
         "[0,2] p grad.norm()" (ranks in brackets; none: every stopped rank), or ranks=[0, 2]. Returns
         {rank: reply} (stepping.Stepper.send); show them with stepper.show(replies)."""
         targets, command = parse(line)
         return self.stepper.send(command, targets if ranks is None else list(ranks))
 
-    def stacks(self, ranks=None, native=False, timeout=30.0):
+    def stacks(self, ranks: Sequence[int] | None = None, native: bool = False, timeout: float = 30.0) -> dict[int, str]:
         """Every rank's stacks as `py-spy dump` prints them, each rank dumping itself (native: C and C++
         frames too, e.g. where gloo waits): {rank: text}. Works while a cell runs in the background (a
         rank stuck in a collective) and between cells; a foreground cell is Ctrl-C's to stop."""
@@ -40,7 +42,8 @@ class Debugger:
         if lab.runner.busy:  # (the cell's monitor merges the ranks' answers: only those it runs on)
             ranks = [r for r in ranks if r in lab.run_state.running]
         sent = {r: lab.telemetry.command(r, cmd="stack", native=bool(native)) for r in ranks}
-        live, found = lab.live, {}
+        live = lab.live
+        found: dict[int, str] = {}
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if not lab.runner.busy:  # between cells no one else reads the ranks' batches
@@ -55,7 +58,7 @@ class Debugger:
             time.sleep(0.05)
         return {r: found.get(r, say(lab.config.lang, "no answer within {seconds:g} s", seconds=timeout)) for r in ranks}
 
-    def start(self, rank=None):
+    def start(self, rank: int | None = None) -> tuple[int, str]:
         """Open pdb on `rank`'s last exception (default: the root cause of the last failed cell);
         returns (rank, the exception and the line it was raised on)."""
         lab = self.lab
@@ -71,14 +74,15 @@ class Debugger:
         except Exception as exc:  # noqa: BLE001 - e.g. no exception on that rank: said in one line
             raise BadRequest(f"rank {rank}: {getattr(exc, 'evalue', exc)}") from exc
 
-    def command(self, rank, line):
+    def command(self, rank: int, line: str) -> str:
         """One pdb command on `rank` (after start); what pdb printed."""
         return self.lab.view_on([rank]).apply_sync(call, "debug_command", line)[0]
 
-    def end(self, rank):
+    def end(self, rank: int) -> None:
         self.lab.view_on([rank]).apply_sync(call, "debug_end")
 
-    def session(self, rank, commands=None, ask=input, show=print):
+    def session(self, rank: int, commands: Iterable[str] | None = None, ask: Callable[[str], str] = input,
+                show: Callable[..., object] = print) -> None:
         """pdb on `rank` (after start): the given commands, or a prompt (ask) until q, continue,
         Ctrl-C or the end of input; each command and what pdb printed go to show. The debugger is
         closed after."""
@@ -100,7 +104,7 @@ class Debugger:
         finally:
             self.end(rank)
 
-    def check(self, names=None):
+    def check(self, names: Sequence[str] | None = None) -> dict[str, list[int]]:
         """Compare the parameters of nn.Modules across ranks (all in the ranks' namespaces, or
         `names`): {name: ranks whose parameters differ from rank 0's (empty: identical)}."""
         lab = self.lab
@@ -109,7 +113,7 @@ class Debugger:
         missing = sorted({n for sums in per_rank for n, v in sums.items() if v is None})
         if missing:
             raise NameMissing(f"not an nn.Module on every rank: {', '.join(missing)}")
-        found = {}
+        found: dict[str, list[int]] = {}
         for name in sorted(set().union(*per_rank)):
             reference = per_rank[0].get(name)
             found[name] = [r for r, sums in zip(ranks, per_rank) if sums.get(name) != reference]

@@ -2,6 +2,7 @@
 rank becomes a straggler; shown live on the dashboard. The rank side plays them from ddplab.log
 (Rank.set_fault), i.e. at training steps."""
 import logging
+from typing import Any
 
 from ..rank import call
 from ..shared.errors import BadRequest
@@ -11,18 +12,18 @@ KINDS = ("kill", "raise", "slow", "clear")
 
 
 class Drills:
-    def __init__(self, lab):
-        self.lab = lab
-        self.faults = {}  # rank -> the drill set on it
+    def __init__(self, lab: Any) -> None:
+        self.lab = lab  # the Lab that made this (lab.py imports this module, so the import contracts keep the type out)
+        self.faults: dict[int, dict[str, Any]] = {}  # rank -> the drill set on it: {"kind", "at_step", "factor"}
 
-    def forget(self, rank=None):
+    def forget(self, rank: int | None = None) -> None:
         """A rank restarted (or every rank: a new pool) has no drill any more."""
         if rank is None:
             self.faults = {}
         else:
             self.faults.pop(rank, None)
 
-    def set(self, kind, rank, at_step=None, factor=None):
+    def set(self, kind: str, rank: int, at_step: int | None = None, factor: float | None = None) -> str:
         """kind "kill" (the engine dies), "raise" (the rank raises) or "slow" (each of its steps
         takes `factor` times as long: a straggler); "clear" removes it. kill/raise happen at the
         rank's training step `at_step` (counted by ddplab.log), or for kill without at_step: now.

@@ -10,7 +10,10 @@ shell lines in the cells are left out, each with a comment; a cell run on some r
 (%%ddp --ranks) runs under `if rank in (...)`.
 """
 import ast
+import os
 import textwrap
+from collections.abc import Iterable, Sequence
+from typing import Any
 
 from ..shared.words import say
 
@@ -54,7 +57,7 @@ dist.destroy_process_group()
 '''
 
 
-def _left_out(line):
+def _left_out(line: str) -> str | None:
     """A notebook-only line (%magic, %%magic, !shell, x = !shell, x = %magic): None if plain Python."""
     stripped = line.strip()
     if stripped.startswith(("%", "!")):
@@ -65,7 +68,7 @@ def _left_out(line):
     return None
 
 
-def script_cell(code, lang="en"):
+def script_cell(code: str, lang: str = "en") -> str:
     """A cell's code for a script: notebook-only lines become comments."""
     out = []
     for line in code.splitlines():
@@ -78,7 +81,8 @@ def script_cell(code, lang="en"):
     return "\n".join(out)
 
 
-def script(cells, world_size, threads, title=None, name="script.py", lang="en"):
+def script(cells: Iterable[tuple[int, str, Sequence[int] | None]], world_size: int, threads: int, title: str | None = None,
+           name: str = "script.py", lang: str = "en") -> str:
     """The script's text. cells: (notebook cell number, code, ranks or None for every rank); its
     comments in `lang` (en or zh)."""
     words = {key: say(lang, text).format(threads=threads) for key, text in WORDS.items()}
@@ -99,18 +103,17 @@ def script(cells, world_size, threads, title=None, name="script.py", lang="en"):
 class Export:
     """lab.export: the cells that ran successfully (recorded as they run), written as a script."""
 
-    def __init__(self, lab):
-        self.lab = lab
-        self.cells = []  # (notebook cell number, code, ranks or None): the cells that ran well
+    def __init__(self, lab: Any) -> None:
+        self.lab = lab  # the Lab that made this (lab.py imports this module, so the import contracts keep the type out)
+        # (notebook cell number, code, ranks or None): the cells that ran well
+        self.cells: list[tuple[int, str, Sequence[int] | None]] = []
 
-    def record(self, number, code, ranks):
+    def record(self, number: int, code: str, ranks: Sequence[int] | None) -> None:
         self.cells.append((number, code, ranks))
 
-    def write(self, path, title=None):
+    def write(self, path: str | os.PathLike[str], title: str | None = None) -> int:
         """Write the cells that ran successfully, in order, as a script for torchrun; returns how
         many cells it holds."""
-        import os
-
         from ..shared.errors import BadRequest
 
         lab = self.lab

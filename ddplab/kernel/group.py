@@ -8,9 +8,16 @@ rank's own interface.
 """
 import logging
 import time
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any
 
 from ..shared.config import tunables
 from ..shared.errors import StartFailed
+
+if TYPE_CHECKING:
+    from ..processes.pool import Pool
+    from ..shared.config import PoolConfig
+    from .telemetry import Telemetry
 
 log = logging.getLogger("ddplab")
 
@@ -18,20 +25,20 @@ log = logging.getLogger("ddplab")
 class Group:
     """One gloo group over `pool`'s engines, formed again (a new generation) whenever needed."""
 
-    def __init__(self, pool, config, telemetry=None):
+    def __init__(self, pool: "Pool", config: "PoolConfig", telemetry: "Telemetry | None" = None) -> None:
         self.pool, self.config, self.telemetry = pool, config, telemetry
         self.generation = 0
-        self.info = []  # per rank, what it reported on joining: rank, engine, pid, host, threads, ports
-        self.knobs = {}  # the Lab's knobs: a rank that joins (a restarted one) gets them too
-        self.store_public = None  # CurveZMQ public key of rank 0's store (a signed store: members.py)
-        self.where = None  # the rendezvous of the last forming (file://..., signed://host:port)
+        self.info: list[dict[str, Any]] = []  # per rank, what it reported on joining: rank, engine, pid, host, threads, ports
+        self.knobs: dict[str, Any] = {}  # the Lab's knobs: a rank that joins (a restarted one) gets them too
+        self.store_public: bytes | None = None  # CurveZMQ public key of rank 0's store (a signed store: members.py)
+        self.where: str | None = None  # the rendezvous of the last forming (file://..., signed://host:port)
         self.timeline = True  # ranks record their timeline (Records.recording)
-        self.clock_offsets = {}  # rank -> its host's monotonic clock minus the notebook's (0 on this machine)
+        self.clock_offsets: dict[int, float] = {}  # rank -> its host's monotonic clock minus the notebook's (0 on this machine)
         self.clock_error = 0.0  # how well the offsets are known (seconds: half the best round trip)
-        self.refused = {}  # account -> [gloo connections refused, pairs taken] in the last forming (ddplab.rank.guard)
+        self.refused: dict[str, list[int]] = {}  # account -> [gloo connections refused, pairs taken] in the last forming
         self.formed = False  # the last forming succeeded
 
-    def form(self, deadline, say=None):
+    def form(self, deadline: float, say: Callable[..., object] | None = None) -> tuple[float, list[tuple[str, str]]]:
         """(Re-)form the group on every rank. Returns (seconds, objects tied to the old group:
         [(name, kind)]) and keeps what each rank reported in self.info."""
         from ..rank import call
@@ -39,6 +46,7 @@ class Group:
         tic = time.perf_counter()
         pool, cfg = self.pool, self.config
         n, eids, client = cfg.ranks, pool.engine_ids, pool.client
+        assert n is not None  # (an attached pool's size is known once its engines are: Lab.start)
         self.formed = False  # until every rank has joined: a forming that fails is tried again (Lab.check_ranks)
         self.generation += 1
         if self.telemetry is not None:
@@ -82,7 +90,7 @@ class Group:
         self.formed = True
         return time.perf_counter() - tic, stale
 
-    def close(self, ranks):
+    def close(self, ranks: Sequence[int]) -> None:
         """Close the group on `ranks` (idle ones), so peers blocked on them fail at once."""
         from ..rank import call
 

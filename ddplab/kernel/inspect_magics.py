@@ -3,6 +3,7 @@ drills, pdb on a rank, the models compared, the export to torchrun. Like magics.
 call Lab, and show results; they use the pool %ddp_start made (DDPMagics.lab).
 """
 import ast
+from typing import TYPE_CHECKING, Any
 
 from IPython.core.error import UsageError
 from IPython.core.magic import Magics, line_magic, magics_class
@@ -12,24 +13,32 @@ from ..dashboard.text import in_notebook
 from ..shared.words import plural
 from .magics import _not_taken, _parse, _tell, _unquote, _usage
 
+if TYPE_CHECKING:
+    from ..shared.metrics import History
+    from ..shared.timeline import Timeline
+    from .lab import Lab
+    from .magics import DDPMagics
+
 
 @magics_class
 class DDPInspectMagics(Magics):
     """%ddp_knob, %ddp_timeline, %ddp_history, %ddp_fault, %ddp_debug, %ddp_step, %ddp_stacks, %ddp_check,
     %ddp_export."""
 
-    pool = None  # the DDPMagics whose pool these look into (load_ipython_extension sets it)
+    pool: "DDPMagics | None" = None  # the DDPMagics whose pool these look into (load_ipython_extension sets it)
 
-    def _lab(self):
+    def _lab(self) -> "Lab":
+        assert self.pool is not None  # (load_ipython_extension sets it)
         return self.pool._lab()
 
     @magic_arguments()
     @argument("name", help="the knob's name, read by rank code as ddplab.knob(name, default)")
     @argument("value", help="its new value (a number, a word, True, False or None)")
     @line_magic
-    def ddp_knob(self, line):
+    def ddp_knob(self, line: str) -> None:
         """Change a value that running rank code reads (ddplab.knob), e.g. %ddp_knob period 4"""
         args = _parse(self.ddp_knob, line)
+        value: Any
         try:  # 4, 0.5, True, None as themselves; anything else a word
             value = ast.literal_eval(args.value)
         except (ValueError, SyntaxError):
@@ -43,7 +52,7 @@ class DDPInspectMagics(Magics):
     @argument("--on", action="store_true", help="record the timeline in the cells that follow (the default)")
     @argument("--off", action="store_true", help="do not record it in the cells that follow (its hooks leave torch: no cost)")
     @line_magic
-    def ddp_timeline(self, line):
+    def ddp_timeline(self, line: str) -> "Timeline | None":
         """The timeline of the last %%ddp cell: every rank's forward, backward, optimizer, data and each
         collective on one clock, with the waiting for the last rank; displayed, the swimlanes and the
         breakdown of a step; tl.to_pandas(), tl.summary(), tl.memory.
@@ -76,7 +85,7 @@ class DDPInspectMagics(Magics):
     @magic_arguments()
     @argument("--csv", metavar="PATH", default=None, help="write the history to this CSV file")
     @line_magic
-    def ddp_history(self, line):
+    def ddp_history(self, line: str) -> "History | None":
         """Every point every rank logged with ddplab.log(...), exactly: h = %ddp_history"""
         args = _parse(self.ddp_history, line)
         lab = self._lab()
@@ -89,6 +98,7 @@ class DDPInspectMagics(Magics):
             raise UsageError(f"cannot write {args.csv}: {exc.strerror}") from None
         columns = ", ".join(history.columns())
         _tell(lab, "wrote {n} points to {path} (columns: {columns})", n=n, path=args.csv, columns=columns)
+        return None
 
     @magic_arguments()
     @argument("kind", nargs="?", choices=("kill", "raise", "slow", "clear"),
@@ -98,7 +108,7 @@ class DDPInspectMagics(Magics):
     @argument("--at-step", type=int, default=None,
               help="kill or raise when the rank logs this training step (ddplab.log), not now")
     @line_magic
-    def ddp_fault(self, line):
+    def ddp_fault(self, line: str) -> None:
         """Fault drills for teaching, shown live on the dashboard:
 
             %ddp_fault kill 2              # rank 2's engine dies now (SIGKILL)
@@ -134,7 +144,7 @@ class DDPInspectMagics(Magics):
     @argument("-c", "--command", action="append", default=None, metavar="CMD",
               help="a pdb command to run (repeat for several: -c 'p x' -c up); without it, an interactive prompt")
     @line_magic
-    def ddp_debug(self, line):
+    def ddp_debug(self, line: str) -> None:
         """Post-mortem pdb on a rank's last exception, driven from here: where, up, down, p EXPR,
         list, interact (a Python console in that frame; exit() leaves it), q to finish.
 
@@ -152,7 +162,7 @@ class DDPInspectMagics(Magics):
     @argument("ranks", nargs="*", type=int, help="the ranks (default: every rank of the cell that runs, or of the pool)")
     @argument("--native", action="store_true", help="C and C++ frames too (where gloo waits, say)")
     @line_magic
-    def ddp_stacks(self, line):
+    def ddp_stacks(self, line: str) -> dict[int, str] | None:
         """Every rank's stacks, as py-spy dumps them (each rank dumps itself; with --native, the C and C++
         frames too). For a cell stuck in the background, or between cells:
 
@@ -166,7 +176,7 @@ class DDPInspectMagics(Magics):
         return None if in_notebook() else found
 
     @line_magic
-    def ddp_step(self, line):
+    def ddp_step(self, line: str) -> None:
         """A pdb command to ranks stopped at a breakpoint() in a background cell (%%ddp --bg), their replies
         side by side; without a command, where every rank is. Ranks in brackets, else every stopped rank:
 
@@ -186,7 +196,7 @@ class DDPInspectMagics(Magics):
     @magic_arguments()
     @argument("names", nargs="*", help="nn.Module variables to compare (default: every one on the ranks)")
     @line_magic
-    def ddp_check(self, line):
+    def ddp_check(self, line: str) -> dict[str, list[int]] | None:
         """Compare every rank's model parameters (checksums): do the ranks hold the same model?
 
             %ddp_check            # every nn.Module in the ranks (a DDP model: its .module)
@@ -201,7 +211,7 @@ class DDPInspectMagics(Magics):
     @magic_arguments()
     @argument("path", help="where to write the script, e.g. train.py")
     @line_magic
-    def ddp_export(self, line):
+    def ddp_export(self, line: str) -> None:
         """Write the %%ddp cells that ran successfully, in order, as one script that torchrun runs:
 
             %ddp_export train.py

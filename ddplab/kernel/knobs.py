@@ -2,18 +2,20 @@
 while a cell runs (a slider, %ddp_knob NAME VALUE): they reach the ranks as signed telemetry
 commands within a tick, and ranks that join later (restarted) get them when they join."""
 import logging
+from typing import Any
 
 from ..shared.errors import BadRequest
 
 log = logging.getLogger("ddplab")
+Knob = bool | int | float | str | None  # what a knob may hold
 
 
 class Knobs:
-    def __init__(self, lab):
-        self.lab = lab
-        self.values = {}  # name -> value: what set() told the ranks
+    def __init__(self, lab: Any) -> None:
+        self.lab = lab  # the Lab that made this (lab.py imports this module, so the import contracts keep the type out)
+        self.values: dict[str, Knob] = {}  # name -> value: what set() told the ranks
 
-    def set(self, name, value, wait=True):
+    def set(self, name: str, value: "Knob", wait: bool = True) -> list[int]:
         """Set a knob on every rank, now. Values: numbers, strings, True/False, None. With wait, once
         each rank has it (a slider does not wait): the ranks that have not said so in time."""
         if not isinstance(name, str) or not name.isidentifier():

@@ -3,9 +3,12 @@ and show results (the ones that look into a running pool: inspect_magics.py).
 
 Misuse answers one line (UsageError) and changes nothing.
 """
+import argparse
 import math
 import sys
 import time
+from collections.abc import Callable
+from typing import IO, Any, ParamSpec, TypeVar
 
 from IPython.core.error import UsageError
 from IPython.core.magic import Magics, cell_magic, line_magic, magics_class
@@ -16,12 +19,15 @@ from ..shared.config import PoolConfig
 from ..shared.errors import CellTimeout, DDPLabError, Interrupted, RankFailed, UsageProblem
 from .lab import Lab
 
+T = TypeVar("T")
+P = ParamSpec("P")
 
-def parse_ranks(spec, world_size):
+
+def parse_ranks(spec: str | None, world_size: int) -> list[int] | None:
     """'0,2' or '1-3' or 'all' -> sorted list of ranks; anything else -> UsageError."""
     if spec is None or spec.strip() == "all":
         return None
-    ranks = set()
+    ranks: set[int] = set()
     try:
         for part in spec.split(","):
             lo, sep, hi = part.strip().partition("-")
@@ -34,7 +40,7 @@ def parse_ranks(spec, world_size):
     return sorted(ranks)
 
 
-def _parse(magic, line):
+def _parse(magic: Callable[..., Any], line: str) -> argparse.Namespace:
     """Parse a magic's arguments; shlex's "No closing quotation" becomes a UsageError too."""
     try:
         return parse_argstring(magic, line)
@@ -42,7 +48,7 @@ def _parse(magic, line):
         raise UsageError(f"{exc}: check the quotes in {line!r}") from None
 
 
-def _unquote(text):
+def _unquote(text: str) -> str:
     """IPython's magic argument split keeps quotes: 'p x' -> p x."""
     text = text.strip()
     if len(text) >= 2 and text[0] == text[-1] and text[0] in "'\"":
@@ -50,12 +56,12 @@ def _unquote(text):
     return text
 
 
-def _tell(lab, text, file=None, **values):
+def _tell(lab: Lab, text: str, file: IO[str] | None = None, **values: Any) -> None:
     """Print one "ddplab: ..." line in the pool's language (words.say)."""
     print("ddplab: " + lab.config.say(text, **values), file=file)
 
 
-def _not_taken(lab, waiting):
+def _not_taken(lab: Lab, waiting: list[int]) -> None:
     """Say which ranks have not confirmed a change the notebook sent them (Lab.command)."""
     if waiting:
         from ..shared.words import ranks_text
@@ -64,7 +70,7 @@ def _not_taken(lab, waiting):
               ranks=ranks_text(waiting, lab.config.lang))
 
 
-def _usage(fn, *args, **kwargs):
+def _usage(fn: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> T:
     """Call fn; turn a ddplab error about the request into a one-line UsageError."""
     try:
         return fn(*args, **kwargs)
@@ -72,7 +78,7 @@ def _usage(fn, *args, **kwargs):
         raise UsageError(str(exc)) from None
 
 
-def show_run(lab, run):
+def show_run(lab: Lab, run: Callable[[], T]) -> T:
     """Run (or wait for) a cell and show its output, or its failure, as %%ddp does. Returns what run
     returned (an expected failure, Lab.run(expect=...): its ranks' output is shown first)."""
     try:
@@ -89,8 +95,9 @@ def show_run(lab, run):
         done = str(exc) or "the pool is still running"
         raise Interrupted(f"every rank of the cell was sent SIGINT (Ctrl-C); {done}") from None
     if isinstance(result, DDPLabError):  # the failure a lesson's cell was meant to have
-        if getattr(result, "result", None) is not None:
-            show_result(result.result)
+        shown = getattr(result, "result", None)  # (a RankFailed's RunResult)
+        if shown is not None:
+            show_result(shown)
         return result
     show_result(result)
     return result
@@ -101,9 +108,9 @@ class DDPMagics(Magics):
     """%ddp_start, %%ddp, %ddp_wait, %ddp_interrupt, %ddp_gather, %ddp_push, %ddp_status, %ddp_restart,
     %ddp_stop."""
 
-    lab = None
+    lab: Lab | None = None
 
-    def _lab(self):
+    def _lab(self) -> Lab:
         if self.lab is None or not self.lab.running:
             raise UsageError("no ddplab pool is running: start one with %ddp_start")
         return self.lab
@@ -112,8 +119,9 @@ class DDPMagics(Magics):
     @argument("ranks", nargs="?", type=int,
               help="number of ranks (default: the cores, at least 2, at most 4; attached: every engine registered)")
     @argument("--timeout", type=float, default=None,
-              help="seconds a collective (all_reduce, barrier, ...) may wait for the other ranks before gloo "
-                   "fails it (default 30; DDPLab.timeout). Not a limit on cells: that is %%%%ddp --timeout")
+              help="seconds a collective (all_reduce, barrier, ...) may wait for the other ranks before ddplab "
+                   "cuts it and the cell fails with CollectiveTimeout; time stopped at a breakpoint does not count "
+                   "(default 30; DDPLab.timeout). Not a limit on cells: that is %%%%ddp --timeout")
     @argument("--threads", type=int, default=None,
               help="torch threads per rank (default: the host's cores // its ranks, at least 1)")
     @argument("--lang", choices=("en", "zh"), default=None, help="dashboard labels and messages: en or zh (中文)")
@@ -133,7 +141,7 @@ class DDPMagics(Magics):
               help="with --engines: encrypt ipyparallel's traffic across hosts (CurveZMQ); ddplab's telemetry "
                    "and rendezvous always are")
     @line_magic
-    def ddp_start(self, line):
+    def ddp_start(self, line: str) -> None:
         """Start N ipyparallel engines that form one gloo process group, or attach to engines that
         are already running (on this machine or others) and make them a group.
 
@@ -189,25 +197,30 @@ class DDPMagics(Magics):
                    "CollectiveMismatch, RankFailed, IndexError, ...): the failure is shown as expected and not "
                    "raised; a cell that does not fail so raises")
     @cell_magic
-    def ddp(self, line, cell):
+    def ddp(self, line: str, cell: str) -> None:
         """Run the cell on every rank (state is kept between cells); show each rank's output apart."""
         args = _parse(self.ddp, line)
         lab = self._lab()
-        ranks = parse_ranks(args.ranks, lab.world_size)
+        ranks = parse_ranks(args.ranks, lab._size())
         if args.timeout is not None and not (math.isfinite(args.timeout) and args.timeout > 0):
             raise UsageError(f"--timeout {args.timeout}: give a positive number of seconds")
         if args.expect is not None and (args.background or not args.expect.isidentifier()):
             raise UsageError(f"--expect {args.expect}: give an error's name (like CollectiveMismatch), "
                              "and run the cell in the foreground")
         if args.expect:
-            failure = show_run(lab, lambda: _usage(lab.run, cell, ranks, timeout=args.timeout, expect=args.expect))
+            expect: str = args.expect
+
+            def run_expecting() -> DDPLabError:  # (Lab.run with expect= returns the failure)
+                return lab.run(cell, ranks, timeout=args.timeout, expect=expect)
+
+            failure = show_run(lab, lambda: _usage(run_expecting))
             _tell(lab, "this cell failed as it was meant to ({name}):", name=args.expect)
             print("\n".join(failure._render_traceback_()))
             return
         if args.background:
             _usage(lab.run, cell, ranks, timeout=args.timeout, background=True)
             lab.view.show()  # the live dashboard, here: it goes on updating while other cells run
-            n = len(ranks or range(lab.world_size))
+            n = len(ranks or range(lab._size()))
             _tell(lab, "running in the background on {n} ranks; %ddp_wait shows its output, %ddp_interrupt stops it",
                   n=n)
             return
@@ -216,7 +229,7 @@ class DDPMagics(Magics):
     @magic_arguments()
     @argument("--timeout", type=float, default=None, help="seconds to wait (default: until it ends)")
     @line_magic
-    def ddp_wait(self, line):
+    def ddp_wait(self, line: str) -> None:
         """Wait for the cell running in the background (%%ddp --background); show its output."""
         args = _parse(self.ddp_wait, line)
         lab = self._lab()
@@ -226,7 +239,7 @@ class DDPMagics(Magics):
             raise UsageError(f"{exc}: %ddp_wait again, or %ddp_interrupt") from None
 
     @line_magic
-    def ddp_interrupt(self, line):
+    def ddp_interrupt(self, line: str) -> None:
         """Send SIGINT to every rank (like Ctrl-C in each): stops a cell running in the background."""
         if line.strip():
             raise UsageError("%ddp_interrupt takes no arguments")
@@ -238,7 +251,7 @@ class DDPMagics(Magics):
             _tell(lab, "every rank was sent SIGINT")
 
     @line_magic
-    def ddp_gather(self, line):
+    def ddp_gather(self, line: str) -> list[Any]:
         """Return a variable (or expression) from every rank, as a list indexed by rank.
 
             ts = %ddp_gather t
@@ -251,20 +264,22 @@ class DDPMagics(Magics):
     @magic_arguments()
     @argument("names", nargs="+", help="notebook variables to copy into every rank")
     @line_magic
-    def ddp_push(self, line):
+    def ddp_push(self, line: str) -> None:
         """Copy notebook variables into every rank: %ddp_push lr data
 
         ipyparallel sends them: a small dict arrives with its keys sorted (send a list of pairs where
         the order matters), and a class defined in the notebook whose methods call super() cannot be
         sent (define it in a %%ddp cell)."""
         args = _parse(self.ddp_push, line)
-        missing = [n for n in args.names if n not in self.shell.user_ns]
+        shell = self.shell
+        assert shell is not None  # (a magic runs in a shell)
+        missing = [n for n in args.names if n not in shell.user_ns]
         if missing:
             raise UsageError(f"not defined in the notebook: {', '.join(missing)}")
-        _usage(self._lab().push, **{n: self.shell.user_ns[n] for n in args.names})
+        _usage(self._lab().push, **{n: shell.user_ns[n] for n in args.names})
 
     @line_magic
-    def ddp_status(self, line):
+    def ddp_status(self, line: str) -> None:
         """Show ranks, engines, pids, hosts, threads, backend and states."""
         if line.strip():
             raise UsageError("%ddp_status takes no arguments")
@@ -277,7 +292,7 @@ class DDPMagics(Magics):
     @magic_arguments()
     @argument("--all", action="store_true", help="restart every rank, even if only some were lost")
     @line_magic
-    def ddp_restart(self, line):
+    def ddp_restart(self, line: str) -> None:
         """Bring back a full group: restart the lost ranks (the others keep their variables), or,
         if none is lost (or with --all), every rank with the same settings (variables are lost).
         To change the size: %ddp_stop, then %ddp_start N."""
@@ -294,7 +309,7 @@ class DDPMagics(Magics):
     @argument("--shutdown", action="store_true",
               help="an attached pool: stop its engines and their controller too (they were started elsewhere)")
     @line_magic
-    def ddp_stop(self, line):
+    def ddp_stop(self, line: str) -> None:
         """Stop the pool: engines, controller and every helper process. A pool attached to engines
         started elsewhere (--connect, --profile) leaves the group and the engines running, unless
         --shutdown."""
@@ -308,7 +323,7 @@ class DDPMagics(Magics):
         hosts = sorted({row["host"] for row in lab.status() if row["host"] and row["rank"] not in lost})
         outcome = lab.stop(shutdown=args.shutdown)
         seconds = time.perf_counter() - tic
-        n = lab.world_size - (len(lost) if outcome != "stopped" else 0)  # engines left running elsewhere: live ones
+        n = lab._size() - (len(lost) if outcome != "stopped" else 0)  # engines left running elsewhere: live ones
         if outcome == "stopped":
             _tell(lab, "stopped {n} rank{s} in {seconds:.1f} s", n=n, s="" if n == 1 else "s", seconds=seconds)
         elif outcome == "shut down":

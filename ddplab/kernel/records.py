@@ -1,15 +1,18 @@
 """lab.records: what the ranks recorded. The history of every ddplab.log point, pulled from the ranks
 exactly (the live view may skip points), and the timeline of each cell (spans of forward, backward,
 optimizer, data and comm on one clock, timeline.py), which arrives with the telemetry as the cell runs."""
+from typing import Any
+
 from ..shared.errors import BadRequest
 from ..shared.metrics import History
+from ..shared.timeline import Timeline
 
 
 class Records:
-    def __init__(self, lab):
-        self.lab = lab
+    def __init__(self, lab: Any) -> None:
+        self.lab = lab  # the Lab that made this (lab.py imports this module, so the import contracts keep the type out)
 
-    def history(self):
+    def history(self) -> History:
         """Every point every rank logged with ddplab.log, exactly (pulled from the ranks)."""
         from ..rank import call
 
@@ -18,7 +21,7 @@ class Records:
         points = lab.view_on(ranks).apply_async(call, "history").get(timeout=lab.timeout)
         return History.from_ranks(dict(zip(ranks, points)), lab.live.cell_of)
 
-    def timeline(self, cell=None):
+    def timeline(self, cell: int | None = None) -> Timeline:
         """The Timeline of the last %%ddp cell (or of notebook cell `cell`)."""
         lab = self.lab
         timelines = lab.live.timelines
@@ -32,10 +35,10 @@ class Records:
         return timelines[cell].timeline(lab.config.lang)
 
     @property
-    def recording(self):
+    def recording(self) -> bool:
         return self.lab.group.timeline if self.lab.group is not None else True
 
-    def record(self, on):
+    def record(self, on: bool) -> list[int]:
         """Record the timeline in later cells (on), or not: once every rank has been told (ranks that
         join later are told when they join); the ranks that have not said so in time."""
         lab = self.lab

@@ -1,14 +1,17 @@
 """lab.report: what the notebook says about a running pool, in the pool's language: the ready line,
 what protects each of its channels from other accounts, and what the user should hear at start."""
+from collections.abc import Mapping, Sequence
+from typing import Any
+
 from ..shared.privacy import KERNEL_FIX, kernel_channel, namespace_refusal, other_accounts
 from ..shared.words import plural, ranks_text, say
 
 
 class Report:
-    def __init__(self, lab):
-        self.lab = lab
+    def __init__(self, lab: Any) -> None:
+        self.lab = lab  # the Lab that made this (lab.py imports this module, so the import contracts keep the type out)
 
-    def ready(self):
+    def ready(self) -> str:
         """"4 ranks ready in 2.1 s (gloo, 1 thread per rank)", and on how many hosts."""
         lab = self.lab
         counts = sorted({i.get("threads") for i in lab.info if i.get("threads")}) or [lab.threads]
@@ -20,7 +23,7 @@ class Report:
                    s="" if lab.world_size == 1 else "s",
                    seconds=lab.start_seconds, threads=threads, where=where, thread_s=plural(counts[-1], "thread"))
 
-    def status(self):
+    def status(self) -> list[str]:
         """%ddp_status: the pool in one line, a row per rank, and what protects each channel."""
         lab = self.lab
         say = lab.config.say
@@ -37,7 +40,7 @@ class Report:
         lines += [f"  {name.ljust(width)}  {sentence}" for name, sentence in channels]
         return lines
 
-    def check(self, found):
+    def check(self, found: Mapping[str, Sequence[int]]) -> list[str]:
         """%ddp_check's lines, from Debugger.check's {name: ranks that differ}."""
         lab = self.lab
         say, lang = lab.config.say, lab.config.lang
@@ -49,7 +52,7 @@ class Report:
                                        if differ else say("identical on every rank"))
                 for name, differ in found.items()]
 
-    def protections(self):
+    def protections(self) -> list[tuple[str, str]]:
         """What protects each channel of the pool from other accounts: (name, sentence) rows."""
         lab = self.lab
         lab.check_running()
@@ -61,12 +64,13 @@ class Report:
                  "compile_cache": pool.compile_cache or next((i["compile_cache"] for i in lab.info), None)}
         return protections(facts, lab.config.lang)
 
-    def exposure(self):
+    def exposure(self) -> list[tuple[bool, str]]:
         """What the user should hear once the pool runs, as (warning?, sentence): a refused compile
         cache; and, on a machine with other accounts, whether this kernel's channel is private and
         what of the pool they can reach."""
         lab = self.lab
-        say, found = lab.config.say, []
+        say = lab.config.say
+        found: list[tuple[bool, str]] = []
         refused = {i["compile_refused"] for i in lab.info if i.get("compile_refused")} | (
             {lab.pool.compile_refused} if lab.pool.compile_refused else set())
         found += [(True, text) for text in sorted(refused)]
@@ -86,7 +90,7 @@ class Report:
                                     n=len(others)) + admin_fix(lab.config.lang)))
         return found
 
-    def notices(self):
+    def notices(self) -> bool:
         """Messages dropped because they were not from this pool: each source once, in the view
         (run_state.notices), with its count. True if something is new."""
         lab = self.lab
@@ -108,7 +112,7 @@ class Report:
         return any(changed)
 
 
-def admin_fix(lang="en"):
+def admin_fix(lang: str = "en") -> str:
     """"; for a private network an administrator can ...", what to change where it is known."""
     refusal = namespace_refusal()
     if refusal is None:
@@ -117,7 +121,7 @@ def admin_fix(lang="en"):
     return say(lang, "; for a private network ({cause}), an administrator can run: {fix}", cause=cause, fix=fix)
 
 
-def kernel_text(kernel, lang="en"):
+def kernel_text(kernel: Mapping[str, Any], lang: str = "en") -> str:
     """One sentence on the kernel's channel (privacy.kernel_channel()), with what to set when it is
     not private."""
     if kernel["encrypted"]:
@@ -128,7 +132,7 @@ def kernel_text(kernel, lang="en"):
                      "what cells print; an administrator can set {fix}", ip=kernel["ip"], fix=KERNEL_FIX)
 
 
-def gate_state(info):
+def gate_state(info: Sequence[Mapping[str, Any]]) -> bool | str | None:
     """True if every rank put the accept gate up (gate.py), else why one did not (None: turned off)."""
     states = [i.get("gate") for i in info]
     if states and all(s is True for s in states):
@@ -136,7 +140,7 @@ def gate_state(info):
     return next((s for s in states if isinstance(s, str)), None)
 
 
-def protections(facts, lang="en"):
+def protections(facts: Mapping[str, Any], lang: str = "en") -> list[tuple[str, str]]:
     """What protects each channel of a pool, as (name, sentence) rows for %ddp_status. facts: local
     (bool), network ("private"/"shared"), network_why, signed, encrypted (ipyparallel's), controller
     (its address), telemetry (its address), compile_cache, compile_refused, kernel (kernel_channel()

@@ -13,6 +13,8 @@ ipyparallel, always as `call(method, ...)` -> RANK.method(...): join, leave, rea
 close_group, set_fault, history, debug_start/debug_command/debug_end, checksums. Keep this module
 light: engines import it, never widget or client code.
 """
+from __future__ import annotations
+
 import contextlib
 import datetime
 import json
@@ -25,11 +27,23 @@ import threading
 import time
 from array import array
 from bisect import bisect_left
+from collections.abc import Iterable, Iterator, Sequence
+from types import ModuleType
+from typing import TYPE_CHECKING, Any, SupportsFloat
 
 from ..shared import upstream, wire
 from .breakpoints import Breakpoints
 from .probe import Probe
 from .recorder import Recorder, memory
+
+if TYPE_CHECKING:  # (engines import torch and zmq when they need them, not with this module)
+    import torch
+    import zmq
+    from torch.distributed.device_mesh import DeviceMesh
+
+    from ..shared.privacy import Address
+
+    Extras = dict[str, tuple[array[int], array[float]]]  # name -> (point indices, values)
 
 NAN = math.nan
 MEMORY_EVERY = 2.0  # seconds between the memory figures a rank sends in a long cell (a namespace scan: ~1 ms)
@@ -45,15 +59,15 @@ class Columns:
     """Every point this rank logged, one array per field (8 bytes a value): cell, step, time since
     the cell started, loss and samples (NaN: not logged), and extra scalars as sparse columns."""
 
-    def __init__(self):
+    def __init__(self) -> None:
         self.cell, self.step = array("i"), array("q")
         self.time, self.loss, self.samples = array("d"), array("d"), array("d")
-        self.extras = {}  # name -> (point indices array("i"), values array("d"))
+        self.extras: Extras = {}  # name -> (point indices array("i"), values array("d"))
 
-    def __len__(self):
+    def __len__(self) -> int:
         return len(self.samples)  # appended last: a point counts once all its columns have it
 
-    def extra(self, name, value):
+    def extra(self, name: str, value: float) -> None:
         """An extra scalar of the point being logged (appended before its columns: a reader that
         counts points by len() sees it only with its point)."""
         if name not in self.extras:
@@ -62,11 +76,12 @@ class Columns:
         values.append(value)
         index.append(len(self.samples))
 
-    def since(self, start, stop):
+    def since(self, start: int, stop: int) -> tuple[dict[str, array[int] | array[float]], Extras]:
         """The columns of points start..stop-1; extras with indices counted from start."""
-        cols = {"step": self.step[start:stop], "time": self.time[start:stop], "loss": self.loss[start:stop],
-                "samples": self.samples[start:stop]}
-        extras = {}
+        cols: dict[str, array[int] | array[float]] = {
+            "step": self.step[start:stop], "time": self.time[start:stop], "loss": self.loss[start:stop],
+            "samples": self.samples[start:stop]}
+        extras: Extras = {}
         for name, (index, values) in self.extras.items():
             lo, hi = bisect_left(index, start), bisect_left(index, stop)
             if hi > lo:
@@ -78,14 +93,14 @@ class FaultDrill(RuntimeError):
     """The error a rank raises for `%ddp_fault raise`."""
 
 
-def _number(name, value):
+def _number(name: str, value: SupportsFloat | torch.Tensor) -> float:
     try:
         return value.item() if hasattr(value, "item") else float(value)
     except (TypeError, ValueError):
         raise TypeError(f"ddplab.log({name}={value!r}): extra values must be numbers (lr=0.1, acc=0.93, ...)") from None
 
 
-def store_key(key, generation):
+def store_key(key: bytes, generation: int) -> bytes:
     """The rendezvous store's key for one forming of the group: a request signed for an earlier
     forming is refused by the next one's store."""
     import hashlib
@@ -99,20 +114,22 @@ class Sender:
     data, each batch numbered within the group's forming: wire.py), and the notebook's signed
     commands (cut, knob) read on the same connection."""
 
-    def __init__(self, rank):
+    def __init__(self, rank: Rank) -> None:
         self.rank = rank
         self.sent = self.events_sent = self.spans_sent = 0  # points, events and spans already sent
         self.memory_at = 0.0  # when the rank's memory was last measured (every MEMORY_EVERY seconds in a cell)
-        self.held = None  # memory measured on the cell's thread, not sent yet
+        self.held: dict[str, Any] | None = None  # memory measured on the cell's thread, not sent yet
         self.flush_every = 0.25  # seconds between batches (DDPLab.flush, given when the group forms)
         self.generation = 0  # which forming of the group the rank is in (the notebook counts them)
         self.main_thread = threading.main_thread().ident  # the thread that runs cells
-        self._sock, self._key, self._agent = None, b"", None
+        self._sock: zmq.Socket[bytes] | None = None
+        self._key = b""
+        self._agent: threading.Thread | None = None
         self._seq = 0  # batches sent in this forming
         self._command_seq = 0  # the last command accepted from the notebook in this forming
-        self.cuttable = None  # the forming a cut may break: set when it has connected, cleared when the next forms
+        self.cuttable: int | None = None  # the forming a cut may break: set when it has connected, cleared when the next forms
 
-    def flush(self, final=False, beat=False, force=False):
+    def flush(self, final: bool = False, beat: bool = False, force: bool = False) -> None:
         """Send points and events not sent yet, one batch per cell; drop them if the notebook is not
         reading (the live view may skip; history() stays exact). beat: the telemetry thread's tick;
         while a cell has run WHERE_AFTER seconds, each tick says where the rank is, points or not.
@@ -155,7 +172,7 @@ class Sender:
                 if last:
                     break
 
-    def measure(self):
+    def measure(self) -> None:
         """Take the memory figures every MEMORY_EVERY seconds of a cell. Only the cell's own thread
         may call this, between steps (after an optimizer step, at ddplab.log): torch's objects are
         not thread-safe, and read from the telemetry thread while backward assigned gradients (or
@@ -166,7 +183,7 @@ class Sender:
             with self.rank.lock:
                 self.held, self.memory_at = held, now
 
-    def _tick(self):
+    def _tick(self) -> None:
         """The telemetry thread: a batch every flush interval, and the notebook's commands; each
         SWEEP_EVERY seconds, another account's connections to gloo's listeners shut (guard.py)."""
         from .guard import GUARD
@@ -188,7 +205,7 @@ class Sender:
                     log_ddplab.warning("the telemetry thread failed %d time(s) in a row: the notebook's live view of "
                                        "this rank stops until it works again", failing, exc_info=True)
 
-    def _commands(self):
+    def _commands(self) -> None:
         """cut: break this rank's links to its peers, so a collective that cannot finish fails;
         knob: a value rank code reads with ddplab.knob."""
         import zmq
@@ -227,7 +244,7 @@ class Sender:
                 rank.events.append((rank.cell, time.perf_counter() - rank.cell_t0, "ack", str(acked)))
             self.flush(force=True)
 
-    def _send_stack(self, command_id, native):
+    def _send_stack(self, command_id: int, native: bool) -> None:
         from .breakpoints import own_stack
 
         text = own_stack(native)
@@ -237,7 +254,7 @@ class Sender:
                                 json.dumps({"id": command_id, "out": text[:200_000]})))
         self.flush(force=True)
 
-    def connect(self, address, key, generation, curve=None):
+    def connect(self, address: str, key: bytes, generation: int, curve: dict[str, Any] | None = None) -> None:
         """Connect the telemetry socket and hook cell start/end (once per engine). key: the pool's
         telemetry key (every batch is signed with it); curve: for a notebook on TCP, its public key and
         the pool's member key pair (members.py: only members can connect; the traffic is encrypted).
@@ -252,6 +269,7 @@ class Sender:
             if self._sock is not None:
                 self._sock.close(linger=0)
             if address.startswith("tcp://"):  # batches out; the notebook's commands in
+                assert curve is not None  # (a notebook on TCP sends its keys: Group.form)
                 self._sock = member_socket(zmq.DEALER, curve["telemetry"], curve["member"])
             else:
                 self._sock = zmq.Context.instance().socket(zmq.DEALER)
@@ -269,7 +287,7 @@ class Sender:
             self._agent = threading.Thread(target=self._tick, name="ddplab-telemetry", daemon=True)
             self._agent.start()
 
-    def close(self):
+    def close(self) -> None:
         with self.rank.lock:
             if self._sock is not None:
                 self._sock.close(linger=0)
@@ -280,32 +298,37 @@ class Rank:
     """This engine's rank: what it logged, its telemetry, the group it is in, and the drills and
     probes the notebook set on it."""
 
-    def __init__(self):
+    def __init__(self) -> None:
         self.rank, self.world_size = 0, 1
-        self.ifname, self.timeout = None, 300.0  # this rank's interface toward its peers (None: a local pool)
+        self.ifname: str | None = None  # this rank's interface toward its peers (None: a local pool)
+        self.timeout = 300.0  # the pool's collective timeout (given when the group forms; jax_distributed's)
         self.columns = Columns()
-        self.events = []  # (cell, time, kind, value): phase changes, hints, a cell's beginning
+        # (cell, time, kind, value): phase changes, hints, a cell's beginning
+        self.events: list[tuple[int, float, str, Any]] = []
         self.cell, self.cell_t0, self.step, self.in_cell = 0, time.perf_counter(), -1, False
         self.lang = "en"  # the pool's language (%ddp_start --lang, a zh notebook): rank code's say() follows it
-        self.knobs = {}  # name -> value: set from the notebook while cells run (Lab.knobs, a slider)
+        self.knobs: dict[str, Any] = {}  # name -> value: set from the notebook while cells run (Lab.knobs, a slider)
         self.formed = False  # the process group of this process is ddplab's
-        self.preloaded = frozenset()  # the modules the zygote had loaded when it forked this engine
+        self.preloaded: frozenset[str] = frozenset()  # the modules the zygote had loaded when it forked this engine
         self.probe = Probe()
         self.recorder = self.probe.recorder = Recorder(self)  # the timeline: spans on one clock
-        self.fault, self._last_log = None, None  # a fault drill set by %ddp_fault: {"kind", "at_step", "factor"}
-        self.group_ports = set()  # every rank's gloo listeners (know_ports): a link of them closing is a lost member
-        self._links = None  # the group's connections seen since it formed ((local, remote) pairs), or None
+        self.fault: dict[str, Any] | None = None  # a fault drill set by %ddp_fault: {"kind", "at_step", "factor"}
+        self._last_log: float | None = None
+        self.group_ports: set[int] = set()  # every rank's gloo listeners (know_ports): a link of them closing: a lost member
+        # the group's connections seen since it formed ((local, remote) pairs), or None
+        self._links: set[tuple[Address, Address]] | None = None
         self.lock = threading.Lock()  # the columns and events, between the cell's thread and the sender's
         self.sender = Sender(self)
         self.breakpoints = Breakpoints(self)  # breakpoint() in a cell: pdb driven from the notebook
 
     # ------------------------------------------------------------------ rank code's ddplab.*
-    def knob(self, name, default=None):
+    def knob(self, name: str, default: Any = None) -> Any:
         """A value the notebook can change while this cell runs (a slider, %ddp_knob NAME VALUE):
         read it where the training loop can follow it, e.g. each step: ddplab.knob("period", 16)."""
         return self.knobs.get(name, default)
 
-    def log(self, loss=None, samples=None, step=None, **scalars):
+    def log(self, loss: SupportsFloat | torch.Tensor | None = None, samples: float | None = None, step: int | None = None,
+            **scalars: SupportsFloat | torch.Tensor) -> None:
         """Record one point (a training step): loss, samples processed, step (default: the next one).
 
         Extra numbers (lr=..., acc=...) are kept in the history too. Costs about a microsecond:
@@ -327,7 +350,7 @@ class Rank:
             self._drill(self.step)
         self.sender.measure()
 
-    def mesh(self, *shape, names=None):
+    def mesh(self, *shape: int, names: Sequence[str] | None = None) -> DeviceMesh:
         """A DeviceMesh over the pool's ranks, on the CPU (gloo): the ranks laid out row by row.
 
             mesh = ddplab.mesh()                          # 1D: every rank
@@ -347,7 +370,7 @@ class Rank:
             self.recorder.dim_names[mesh.get_group(i).group_name] = name
         return mesh
 
-    def tf_config(self):
+    def tf_config(self) -> dict[str, Any]:
         """This rank's TF_CONFIG as worker `rank` of the pool's TensorFlow cluster (worker 0 the chief),
         set in os.environ: call it on every rank, then make the strategy before any other TensorFlow op.
 
@@ -359,7 +382,7 @@ class Rank:
 
         return tf_config(self.rank, self.ifname, self.lang)
 
-    def jax_distributed(self, cpu_devices=None):
+    def jax_distributed(self, cpu_devices: int | None = None) -> list[Any]:
         """Start jax.distributed across the pool's ranks (gloo collectives on the CPU; the coordinator on
         rank 0): call it on every rank before JAX computes anything. cpu_devices: CPU devices per rank.
         Returns jax.devices(), every rank's."""
@@ -368,7 +391,7 @@ class Rank:
         return jax_distributed(self.rank, self.world_size, self.ifname, self.timeout, cpu_devices, self.lang)
 
     @contextlib.contextmanager
-    def phase(self, name):
+    def phase(self, name: str) -> Iterator[None]:
         """Mark a phase of the cell, such as "eval" or "checkpoint"; the dashboard shows it."""
         self.events.append((self.cell, time.perf_counter() - self.cell_t0, "phase", str(name)))
         try:
@@ -376,7 +399,7 @@ class Rank:
         finally:
             self.events.append((self.cell, time.perf_counter() - self.cell_t0, "phase", None))
 
-    def history(self):
+    def history(self) -> dict[str, Any]:
         """Every point this rank logged, as numpy arrays: the exact record (the live view may skip)."""
         import numpy as np
 
@@ -393,23 +416,25 @@ class Rank:
                                         np.frombuffer(values, dtype="f8")[:k].copy())
         return cols
 
-    def forget(self):
+    def forget(self) -> None:
         """Drop every point logged so far (a benchmark measuring log() from a clean start)."""
         with self.lock:
             self.columns, self.sender.sent = Columns(), 0
 
     # ------------------------------------------------------------------ fault drills
-    def set_fault(self, fault):
+    def set_fault(self, fault: dict[str, Any] | None) -> None:
         """%ddp_fault: {"kind": "kill" | "raise" | "slow", "at_step": n, "factor": f}, or None."""
         self.fault, self._last_log = fault, None
 
-    def _drill(self, step):
+    def _drill(self, step: int) -> None:
         """Play the fault drill: called from log(), i.e. once per training step."""
-        kind, at = self.fault["kind"], self.fault.get("at_step")
+        fault = self.fault
+        assert fault is not None  # (log() calls it while a drill is set)
+        kind, at = fault["kind"], fault.get("at_step")
         if kind == "slow":  # a straggler: stretch each step to `factor` times its length
             now = time.perf_counter()
             if self._last_log is not None:
-                time.sleep((self.fault["factor"] - 1) * (now - self._last_log))
+                time.sleep((fault["factor"] - 1) * (now - self._last_log))
             self._last_log = time.perf_counter()
         elif at is None or step >= at:
             self.fault = None
@@ -422,7 +447,7 @@ class Rank:
             raise FaultDrill(f"fault drill: rank {self.rank} raised at step {step} (%ddp_fault raise)")
 
     # ------------------------------------------------------------------ cells (IPython's hooks)
-    def begin_cell(self, *_):
+    def begin_cell(self, *_: object) -> None:
         self.sender.flush()
         self.probe.new_cell()
         self.recorder.new_cell()
@@ -430,15 +455,17 @@ class Rank:
         self.cell, self.cell_t0, self.step, self.in_cell = self.cell + 1, time.perf_counter(), -1, True
         self.events.append((self.cell, 0.0, "begin", None))  # the notebook knows the cell reached this rank
 
-    def end_cell(self, *_):
+    def end_cell(self, *_: object) -> None:
         self.in_cell = False
         self.breakpoints.end_cell()
         self.recorder.settle()  # the spans of bucket all-reduces done since the last backward
         self.sender.flush(final=True)  # so the notebook sees every point of the cell as soon as it ends
 
     # ------------------------------------------------------------------ the group
-    def join(self, rank, world_size, rendezvous, timeout, threads, telemetry=None, flush=0.25, key=b"", ifname=None,
-             knobs=None, lang="en", generation=0, curve=None, compile_cache=None, timeline=True, gate=True):
+    def join(self, rank: int, world_size: int, rendezvous: str, timeout: float, threads: int, telemetry: str | None = None,
+             flush: float = 0.25, key: bytes = b"", ifname: str | None = None, knobs: dict[str, Any] | None = None,
+             lang: str = "en", generation: int = 0, curve: dict[str, Any] | None = None, compile_cache: str | None = None,
+             timeline: bool = True, gate: bool = True) -> dict[str, Any]:
         """Join the gloo process group and preload the names every cell can use.
 
         rendezvous is "file:///path" (a FileStore: opens no network port) or "signed://host:port" (the
@@ -478,11 +505,13 @@ class Rank:
             _destroy()
         kind, _, where = rendezvous.partition("://")
         wait = datetime.timedelta(seconds=timeout)
+        store: dist.Store
         if kind == "file":
             store = dist.FileStore(where, world_size)
         elif kind == "signed":
             from .store import SignedStore
 
+            assert curve is not None  # (a signed store comes with the keys: Group.form)
             store = SignedStore(f"tcp://{where}", store_key(key, generation), curve["store"], curve["member"], wait)
         else:
             raise ValueError(f"unknown rendezvous {rendezvous!r}: use file:///path or signed://host:port")
@@ -523,14 +552,14 @@ class Rank:
             "moved": upstream.turned_off(),  # other packages' names this rank found moved (upstream.py): said by the notebook
         }
 
-    def refused(self, account, n, taken):
+    def refused(self, account: str, n: int, taken: int) -> None:
         """ddplab.rank.guard refused n gloo connections of another account (`taken` of them had taken a pair):
         the notebook names it (those of a group the rank's cell builds, or a sweep's; join() returns
         those of its own forming)."""
         with self.lock:  # (between cells too: sent with the next batch, named at the next cell)
             self.events.append((self.cell, time.perf_counter() - self.cell_t0, "refused", f"{account}|{n}|{taken}"))
 
-    def leave(self):
+    def leave(self) -> None:
         """Leave the group and stop sending telemetry, the engine staying up (a pool attached to
         engines someone else started leaves them as it found them, but for their variables)."""
         import torch.distributed as dist
@@ -541,7 +570,7 @@ class Rank:
             sys.modules["ddplab.rank.store"].stop()
         self.sender.close()
 
-    def cut(self, ports=()):
+    def cut(self, ports: Iterable[int] = ()) -> None:
         """Cut this rank's links to its peers: every TCP connection to a gloo port of the group (`ports`:
         every rank's gloo listeners; and this rank's own listeners) is shut down, so a collective that
         waits on them fails ("Connection closed by peer") here and on the other side. Safe from another
@@ -555,11 +584,11 @@ class Rank:
             if local[1] in ports or remote[1] in ports:
                 shut_down(fd, inode)
 
-    def know_ports(self, ports):
+    def know_ports(self, ports: Iterable[int]) -> None:
         """Every rank's gloo listeners (the notebook tells each rank once the group formed)."""
         self.group_ports, self._links = set(ports), None
 
-    def free_from_closed_peer(self):
+    def free_from_closed_peer(self) -> None:
         """In a cell, a gloo connection of this rank's group closed (a peer's process died, or its group
         was closed under it): the group lost a member, so a collective waiting on it may never finish.
         gloo fails the collective by itself only sometimes (across hosts, after the group was formed
@@ -579,7 +608,7 @@ class Rank:
             self.group_ports, self._links = set(), None  # (once per forming)
             self.cut(ports)
 
-    def close_group(self, ports=()):
+    def close_group(self, ports: Iterable[int] = ()) -> None:
         """Cut this (idle) rank's links and destroy its group, so peers waiting on it in a collective
         fail at once. Destroying the group alone is not enough: a rank whose collective already failed
         keeps its gloo sockets open (the failed work still holds the group)."""
@@ -589,12 +618,12 @@ class Rank:
         if dist.is_initialized():
             _destroy()
 
-    def _bound_to_old_group(self):
+    def _bound_to_old_group(self) -> list[tuple[str, str]]:
         """Names in the rank's namespace of objects tied to a process group (they need re-creating)."""
         import torch.distributed as dist
         from torch.nn.parallel import DistributedDataParallel
 
-        names = []
+        names: list[tuple[str, str]] = []
         for name, value in list(_user_ns().items()):
             if isinstance(value, DistributedDataParallel):
                 names.append((name, "DistributedDataParallel"))
@@ -602,7 +631,7 @@ class Rank:
                 names.append((name, "ProcessGroup"))
         return names
 
-    def reach(self, controller, ifname=None):
+    def reach(self, controller: str, ifname: str | None = None) -> dict[str, Any]:
         """Where this engine is: host, pid, cores, and its IPv4 address and interface toward
         `controller` (the route its packets take: no name lookup, whatever the hostname resolves to,
         127.0.1.1 included), or on interface `ifname` if given."""
@@ -624,11 +653,11 @@ class Rank:
             ifname = next((n for n, addrs in interfaces.items() if any(a.address == ip for a in addrs)), None)
         return {"host": socket.gethostname(), "pid": os.getpid(), "ip": ip, "ifname": ifname, "cores": cores()}
 
-    def clock(self):
+    def clock(self) -> float:
         """This host's monotonic clock (the notebook aligns hosts' clocks with it)."""
         return time.monotonic()
 
-    def serve_store(self, address, key, generation, member, port=0):
+    def serve_store(self, address: str, key: bytes, generation: int, member: bytes, port: int = 0) -> tuple[int, bytes]:
         """Rank 0: serve the signed rendezvous store of this forming on `address` (`port`, or a free
         one), for the pool's members (`member`: its public member key); (its port, its public key)."""
         from . import store
@@ -636,40 +665,40 @@ class Rank:
         return store.serve(address, store_key(key, generation), member, port)
 
     # ------------------------------------------------------------------ looking inside
-    def debug_start(self):
+    def debug_start(self) -> str:
         return self.probe.debug_start()
 
-    def debug_command(self, line):
+    def debug_command(self, line: str) -> str:
         return self.probe.debug_command(line)
 
-    def debug_end(self):
+    def debug_end(self) -> None:
         self.probe.debug_end()
 
-    def checksums(self, names=None):
+    def checksums(self, names: Sequence[str] | None = None) -> dict[str, list[tuple[str, float]] | None]:
         return self.probe.checksums(_user_ns(), names)
 
 
-def _user_ns():
+def _user_ns() -> dict[str, Any]:
     from IPython import get_ipython
 
     shell = get_ipython()
     return shell.user_ns if shell is not None else sys.modules["__main__"].__dict__
 
 
-def _listening_ports():
+def _listening_ports() -> set[int]:
     from ..shared.privacy import listening
 
     return {port for _, port in listening().values()}
 
 
-def _destroy():
+def _destroy() -> None:
     """ddplab's own destroy_process_group (the learner's is wrapped to leave a hint, probe.py)."""
     import torch.distributed as dist
 
     getattr(dist.destroy_process_group, "__wrapped__", dist.destroy_process_group)()
 
 
-def _private_compile_cache(wanted):
+def _private_compile_cache(wanted: str | None) -> tuple[str, str | None]:
     """Point torch.compile (and Triton) at a folder only this user can write: `wanted` if it is one,
     else a new private folder. Returns (folder, why `wanted` was refused or None)."""
     import tempfile
@@ -691,12 +720,12 @@ tf_config, jax_distributed = RANK.tf_config, RANK.jax_distributed
 breakpoint = RANK.breakpoints.hook  # ddplab.breakpoint(ranks=[0, 2]): stop those ranks only
 
 
-def call(method, *args, **kwargs):
+def call(method: str, *args: Any, **kwargs: Any) -> Any:
     """What the notebook sends through ipyparallel: RANK.method(*args, **kwargs) in the engine."""
     return getattr(RANK, method)(*args, **kwargs)
 
 
-def __getattr__(name):
+def __getattr__(name: str) -> ModuleType:
     if name == "checkpoint":  # ddplab.checkpoint.save(...) in rank code
         import importlib
 

@@ -18,20 +18,25 @@ import json
 import os
 import stat
 import tempfile
+from typing import Any
 
 import torch
 import torch.distributed as dist
 
+Path = str | os.PathLike[str]
+State = dict[str, Any]  # {"model", "optimizer", "step", "extra"}, as save() wrote it
 
-def _rank():
+
+def _rank() -> int:
     return dist.get_rank() if dist.is_initialized() else 0
 
 
-def _unwrap(model):
+def _unwrap(model: torch.nn.Module) -> torch.nn.Module:
     return getattr(model, "module", model)  # a DDP-wrapped model saves its inner module
 
 
-def save(path, model, optimizer=None, step=0, **extra):
+def save(path: Path, model: torch.nn.Module, optimizer: torch.optim.Optimizer | None = None, step: int = 0,
+         **extra: Any) -> None:
     """Rank 0 writes {model, optimizer, step, extra} atomically; all ranks wait for it. extra:
     tensors and plain values (numbers, strings, lists, dicts), which is what load() reads."""
     path = os.fspath(path)
@@ -64,7 +69,7 @@ def save(path, model, optimizer=None, step=0, **extra):
         dist.barrier()
 
 
-def load(path, model, optimizer=None):
+def load(path: Path, model: torch.nn.Module, optimizer: torch.optim.Optimizer | None = None) -> int:
     """Rank 0 reads the checkpoint and broadcasts it; every rank loads it. Returns the step.
 
     Extra values saved with it are returned by load_extra()."""
@@ -75,19 +80,21 @@ def load(path, model, optimizer=None):
     return state["step"]
 
 
-def load_extra(path):
+def load_extra(path: Path) -> dict[str, Any]:
     """The extra keyword values given to save()."""
     return _read_and_broadcast(path)["extra"]
 
 
-ERRORS = {e.__name__: e for e in (OSError, FileNotFoundError, PermissionError, IsADirectoryError, NotADirectoryError,
-                                  ValueError, RuntimeError)}  # what rank 0 may report, re-raised as such on every rank
+ERRORS: dict[str, type[Exception]] = {  # what rank 0 may report, re-raised as such on every rank
+    e.__name__: e for e in (OSError, FileNotFoundError, PermissionError, IsADirectoryError, NotADirectoryError,
+                            ValueError, RuntimeError)}
 
 
-def _read_and_broadcast(path):
+def _read_and_broadcast(path: Path) -> State:
     """Rank 0 reads; every rank gets the state, or raises what rank 0 met (none is left waiting
     in the broadcast for a rank that failed)."""
-    state = error = None
+    state: Any = None  # what torch.load read: a State, from a file save() wrote
+    error: Exception | None = None
     if _rank() == 0:
         try:
             state = torch.load(os.fspath(path), map_location="cpu", weights_only=True)
@@ -108,10 +115,11 @@ def _read_and_broadcast(path):
     return state
 
 
-def _broadcast(state, error):
+def _broadcast(state: State | None, error: Exception | None) -> tuple[State | None, Exception | None]:
     """Rank 0's (state, error) on every rank, as data: a JSON header, then the tensors' bytes."""
     if _rank() == 0:
-        tensors = []
+        tensors: list[torch.Tensor] = []
+        header: dict[str, Any]
         try:
             header = {"state": _plain(state, tensors)} if error is None else {}
         except TypeError as exc:  # (weights_only lets through a few types JSON cannot say)
@@ -146,7 +154,7 @@ def _broadcast(state, error):
     return _restore(header["state"], tensors), None
 
 
-def _plain(value, tensors):
+def _plain(value: Any, tensors: list[torch.Tensor]) -> dict[str, Any]:
     """`value` as JSON-able data; its tensors appended to `tensors` (and named by their place)."""
     if isinstance(value, torch.Tensor):
         tensors.append(value)
@@ -163,7 +171,7 @@ def _plain(value, tensors):
     raise TypeError(f"{type(value).__name__} is not a tensor or a plain value")
 
 
-def _restore(data, tensors):
+def _restore(data: dict[str, Any], tensors: list[torch.Tensor]) -> Any:
     """The value _plain described."""
     kind, value = next(iter(data.items()))
     if kind == "tensor":

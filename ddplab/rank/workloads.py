@@ -2,7 +2,9 @@
 
 Imports only torch: safe in engines and in plain torchrun scripts.
 """
+import os
 import time
+from typing import Any
 
 import torch
 import torch.distributed as dist
@@ -13,7 +15,7 @@ from torch.utils.data import DataLoader, DistributedSampler, TensorDataset
 import ddplab.rank as ddplab
 
 
-def synthetic_classification(n=8192, features=784, classes=10, seed=0):
+def synthetic_classification(n: int = 8192, features: int = 784, classes: int = 10, seed: int = 0) -> TensorDataset:
     """A fixed labelled dataset: the same on every rank (the sampler splits it)."""
     g = torch.Generator().manual_seed(seed)
     x = torch.randn(n, features, generator=g)
@@ -22,20 +24,21 @@ def synthetic_classification(n=8192, features=784, classes=10, seed=0):
     return TensorDataset(x, y)
 
 
-def mlp(features=784, hidden=512, classes=10, seed=0):
+def mlp(features: int = 784, hidden: int = 512, classes: int = 10, seed: int = 0) -> nn.Sequential:
     """The MLP 784-512-512-10 used by the demo and the benchmarks."""
     torch.manual_seed(seed)
     return nn.Sequential(nn.Linear(features, hidden), nn.ReLU(), nn.Linear(hidden, hidden), nn.ReLU(),
                          nn.Linear(hidden, classes))
 
 
-def param_checksum(model):
+def param_checksum(model: nn.Module) -> float:
     """One float summarising the parameters: equal on every rank iff DDP kept them in sync."""
     with torch.no_grad():
         return float(sum((p.double() * (i + 1)).sum() for i, p in enumerate(model.parameters())))
 
 
-def train_ddp(steps=200, batch=64, lr=0.05, momentum=0.9, seed=0, log=True):
+def train_ddp(steps: int = 200, batch: int = 64, lr: float = 0.05, momentum: float = 0.9, seed: int = 0,
+              log: bool = True) -> dict[str, Any]:
     """Train the MLP with DistributedDataParallel + DistributedSampler for `steps` steps.
 
     Every step is logged with ddplab.log (the dashboard draws it; log=False: not logged, to
@@ -43,7 +46,8 @@ def train_ddp(steps=200, batch=64, lr=0.05, momentum=0.9, seed=0, log=True):
     """
     rank, world = dist.get_rank(), dist.get_world_size()
     data = synthetic_classification(seed=seed)
-    sampler = DistributedSampler(data, num_replicas=world, rank=rank, shuffle=True, seed=seed)
+    sampler: DistributedSampler[tuple[torch.Tensor, ...]] = DistributedSampler(
+        data, num_replicas=world, rank=rank, shuffle=True, seed=seed)
     loader = DataLoader(data, batch_size=batch, sampler=sampler, drop_last=True)
     model = DDP(mlp(seed=seed))
     opt = torch.optim.SGD(model.parameters(), lr=lr, momentum=momentum)
@@ -68,7 +72,8 @@ def train_ddp(steps=200, batch=64, lr=0.05, momentum=0.9, seed=0, log=True):
             "samples_per_s": steps * batch / seconds, "checksum": param_checksum(model.module)}
 
 
-def _train_replicated(model, steps, batch, lr, seed, log, shard_data):
+def _train_replicated(model: nn.Module, steps: int, batch: int, lr: float, seed: int, log: bool,
+                      shard_data: bool) -> dict[str, Any]:
     """The loop of train_fsdp and train_tp: Adam on `model`, the synthetic data in batches (each rank
     its own part of every batch if shard_data, else the same batch on every rank, as tensor
     parallelism needs); a summary as train_ddp's."""
@@ -94,7 +99,7 @@ def _train_replicated(model, steps, batch, lr, seed, log, shard_data):
             "samples_per_s": steps * batch / seconds}
 
 
-def train_fsdp(steps=200, batch=64, lr=1e-3, seed=0, log=True):
+def train_fsdp(steps: int = 200, batch: int = 64, lr: float = 1e-3, seed: int = 0, log: bool = True) -> dict[str, Any]:
     """Train the MLP 784-512-512-10 sharded with FSDP2 (fully_shard per Linear, then the whole) over
     every rank, Adam, each rank its own batch; a summary as train_ddp's."""
     from torch.distributed.device_mesh import init_device_mesh
@@ -109,7 +114,8 @@ def train_fsdp(steps=200, batch=64, lr=1e-3, seed=0, log=True):
     return _train_replicated(model, steps, batch, lr, seed, log, shard_data=True)
 
 
-def train_tp(steps=200, batch=64, lr=1e-3, seed=0, log=True, hidden=1024):
+def train_tp(steps: int = 200, batch: int = 64, lr: float = 1e-3, seed: int = 0, log: bool = True,
+             hidden: int = 1024) -> dict[str, Any]:
     """Train an MLP 784-hidden-512-hidden-10 with tensor parallelism over every rank (column- then
     row-split pairs, parallelize_module), Adam, the same batch on every rank; a summary as train_ddp's."""
     from torch.distributed.device_mesh import init_device_mesh
@@ -124,7 +130,8 @@ def train_tp(steps=200, batch=64, lr=1e-3, seed=0, log=True, hidden=1024):
     return _train_replicated(model, steps, batch, lr, seed, log, shard_data=False)
 
 
-def train_resumable(steps, path, every=5, resume=False, seed=0, batch=16):
+def train_resumable(steps: int, path: str | os.PathLike[str], every: int = 5, resume: bool = False, seed: int = 0,
+                    batch: int = 16) -> tuple[DDP, int]:
     """Deterministic DDP training that saves a checkpoint every `every` steps and can resume
     from the last one: a run killed mid-way and resumed ends with the same parameters, bit
     for bit, as a run that was never stopped. Returns (model, the step it started from)."""
