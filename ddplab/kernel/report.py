@@ -3,7 +3,7 @@ what protects each of its channels from other accounts, and what the user should
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from ..shared.privacy import KERNEL_FIX, kernel_channel, namespace_refusal, other_accounts
+from ..shared.privacy import KERNEL_ENCRYPTED, KERNEL_IPC, kernel_channel, namespace_refusal, other_accounts
 from ..shared.words import plural, ranks_text, say
 
 
@@ -129,7 +129,13 @@ def kernel_text(kernel: Mapping[str, Any], lang: str = "en") -> str:
     if kernel["transport"] == "ipc":
         return say(lang, "ipc socket files (only you can open them)")
     return say(lang, "TCP on {ip} without encryption: any account of this machine can connect to its ports and read "
-                     "what cells print; an administrator can set {fix}", ip=kernel["ip"], fix=KERNEL_FIX)
+                     "what cells print; an administrator can set {fix}", ip=kernel["ip"], fix=kernel_fix(lang))
+
+
+def kernel_fix(lang: str = "en") -> str:
+    """What an administrator sets for a private kernel channel (the settings themselves are code: as is)."""
+    return say(lang, "{ipc} (or, with jupyter_client >= 8.10, {encrypted}) in jupyter_server_config.py",
+               ipc=KERNEL_IPC, encrypted=KERNEL_ENCRYPTED)
 
 
 def gate_state(info: Sequence[Mapping[str, Any]]) -> bool | str | None:

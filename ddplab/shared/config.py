@@ -200,7 +200,8 @@ class PoolConfig:
     """What one pool is. Build it with PoolConfig.make(...), which checks every value.
 
     ranks: how many (None for an attached pool: every engine registered); timeout: seconds a
-    collective may wait (gloo); threads: torch threads per rank (0: each rank's host's cores shared
+    collective may wait before the notebook cuts it (not gloo: its own is a day; time stopped at a
+    breakpoint does not count); threads: torch threads per rank (0: each rank's host's cores shared
     among its ranks on that host); rendezvous: "file" (a FileStore in the pool's private folder: no
     port) or "tcp://HOST:PORT" (a local pool only); launcher: "local" (engines forked from a
     zygote), "local-spawn" (ipyparallel's own local launcher), an ipyparallel engine launcher

@@ -289,8 +289,8 @@ def namespace_refusal(proc: str = "/proc") -> tuple[str, str] | None:
     return None
 
 
-KERNEL_FIX = ("c.KernelManager.transport = 'ipc' (or, with jupyter_client >= 8.10, "
-              "c.KernelManager.transport_encryption = 'required') in jupyter_server_config.py")
+KERNEL_IPC = "c.KernelManager.transport = 'ipc'"  # what an administrator sets (code: said as is in every language)
+KERNEL_ENCRYPTED = "c.KernelManager.transport_encryption = 'required'"  # (jupyter_client >= 8.10)
 
 
 def kernel_channel() -> dict[str, Any] | None:

@@ -176,6 +176,8 @@ ZH: dict[str, str] = {
         "ipc 套接字文件（只有你能打开）",
     "TCP on {ip} without encryption: any account of this machine can connect to its ports and read what cells print; an administrator can set {fix}":
         "{ip} 上的 TCP，未加密：本机任何账户都能连上它的端口，读到单元格打印的内容；管理员可以设置 {fix}",
+    "{ipc} (or, with jupyter_client >= 8.10, {encrypted}) in jupyter_server_config.py":
+        "jupyter_server_config.py 中的 {ipc}（jupyter_client >= 8.10 时也可以用 {encrypted}）",
     "socket files in the pool's private folder (no TCP port)":
         "进程池私有文件夹里的套接字文件（不开 TCP 端口）",
     "signed (HMAC-SHA256)":

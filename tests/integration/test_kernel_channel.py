@@ -28,11 +28,11 @@ def outputs(km):
 
 
 def test_a_kernel_over_plain_tcp_is_named_with_what_to_set(other_account):
-    from ddplab.shared.privacy import KERNEL_FIX
+    from ddplab.kernel.report import kernel_fix
 
     _, start, status, stop = outputs(KernelManager(kernel_name="python3"))  # Jupyter's default: TCP
     assert "1 rank ready" in start and "other account" in start and "without encryption" in start, start
-    assert KERNEL_FIX in start, start
+    assert kernel_fix() in start, start
     kernel = next(line for line in status.splitlines() if line.strip().startswith("kernel"))
     assert "TCP on 127.0.0.1 without encryption" in kernel and "transport = 'ipc'" in kernel, status
     assert "socket files in the pool's private folder (no TCP port)" in status, status
