@@ -522,14 +522,14 @@ class Lab:
 
     def status(self) -> list[dict[str, Any]]:
         """One dict per rank: rank, engine, pid, host, address (and interface, across hosts),
-        threads, state."""
+        threads, state (its name, a plain string: "ready", "training", ...)."""
         rows = []
         for r in range(self._size()):
             info = self.info[r] if r < len(self.info) and self.running else {}
             address = f"{info['address']} ({info['ifname']})" if info.get("address") else "loopback"
             rows.append({"rank": r, "engine": info.get("engine"), "pid": info.get("pid"),
                          "host": info.get("host"), "address": address if info else None,
-                         "threads": info.get("threads"), "state": self.run_state.states[r]})
+                         "threads": info.get("threads"), "state": self.run_state.states[r].value})  # (plain str)
         return rows
 
 
