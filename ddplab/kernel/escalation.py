@@ -11,11 +11,20 @@ its waits DDPLab settings (%config DDPLab.escalate = 3, ...).
              cell's code is given leave_grace s before it is killed anyway.
 
 A wait counts from when its stage began, or from the last time a running rank stopped (progress:
-the others may follow) or the group was closed under ranks left waiting. The monitor also closes
-the group on idle ranks fail_fast s after a rank failed or died, or after SIGINT (monitor.py);
-that is not a stage: it frees ranks without taking anything from them.
+the others may follow) or the group was closed under ranks left waiting, or (cut, before SIGINT)
+from the last time a rank was seen stopped at a breakpoint (a person stepping: monitor.py). The
+monitor also closes the group on idle ranks fail_fast s after a rank failed or died, or after
+SIGINT (monitor.py); that is not a stage: it frees ranks without taking anything from them.
+
+Times are seconds on `clock` (time.monotonic unless given: a test gives a fake one); each method
+takes `now` from it unless the caller gives the moment it saw.
 """
+import time
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any, Literal
+
+Action = Literal["interrupt", "cut", "kill"]
 
 WATCHING, CUT, INTERRUPTED, CUT_AFTER_SIGINT, KILLING = (
     "watching", "cut", "interrupted", "cut after SIGINT", "killing")
@@ -30,10 +39,10 @@ class Waits:
     leave_grace: float
 
     @classmethod
-    def from_settings(cls, t):
+    def from_settings(cls, t: Any) -> "Waits":  # t: DDPLab's settings (config.tunables())
         return cls(t.escalate, t.after_cut, t.leave_grace)
 
-    def worst(self, ranks):
+    def worst(self, ranks: int) -> float:
         """The longest escalation can take from SIGINT to the last of `ranks` killed."""
         return self.escalate + ranks * max(self.escalate, self.leave_grace)
 
@@ -42,25 +51,26 @@ class Escalation:
     """The stage a cell's escalation is in, and what is due now (`due`): None, "interrupt", "cut"
     or "kill". The monitor does what is due and says so (`did`)."""
 
-    def __init__(self, waits, can_cut=True):
-        self.waits, self.can_cut = waits, can_cut
-        self.stage, self.since = WATCHING, 0.0
+    def __init__(self, waits: Waits, can_cut: bool = True, clock: Callable[[], float] = time.monotonic) -> None:
+        self.waits, self.can_cut, self.clock = waits, can_cut, clock
+        self.stage, self.since = WATCHING, clock()
         self.cut = False  # the running ranks' links were cut once (by a mismatch, or after SIGINT)
         self.interrupted = False
-        self._running = None
+        self._running: int | None = None
 
-    def progress(self, running, now):
+    def progress(self, running: int, now: float | None = None) -> None:
         """`running`: how many ranks still run; a change restarts the current wait."""
         if running != self._running:
-            self._running, self.since = running, now
+            self._running, self.since = running, self.clock() if now is None else now
 
-    def wait_again(self, now):
-        """Something was done that may free the ranks by itself (the group closed under them)."""
-        self.since = now
+    def wait_again(self, now: float | None = None) -> None:
+        """Something was done that may free the ranks by itself (the group closed under them), or a
+        person is stepping a rank stopped at a breakpoint: the current wait starts again."""
+        self.since = self.clock() if now is None else now
 
-    def due(self, now, any_stuck=True):
+    def due(self, now: float | None = None, any_stuck: bool = True) -> Action | None:
         """What to do now. any_stuck: whether some running rank's stack says it is stuck."""
-        waited, w = now - self.since, self.waits
+        waited, w = (self.clock() if now is None else now) - self.since, self.waits
         if self.stage == CUT:
             return "interrupt" if waited >= w.after_cut else None
         if self.stage == INTERRUPTED:
@@ -73,7 +83,7 @@ class Escalation:
             return "kill"
         return None
 
-    def did(self, action, now):
+    def did(self, action: Action, now: float | None = None) -> None:
         """The monitor did `action` ("cut", "interrupt", "kill"): the next stage, its wait from now."""
         if action == "cut":
             self.cut = True
@@ -84,4 +94,4 @@ class Escalation:
             self.stage = KILLING
         else:
             raise ValueError(f"not an escalation step: {action!r}")
-        self.since = now
+        self.since = self.clock() if now is None else now

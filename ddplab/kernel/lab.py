@@ -433,8 +433,9 @@ class Lab:
         """Run `code` on every rank (or the given ranks); return a RunResult.
 
         Raises RankFailed if any rank raised or died, root cause first, with what was done about
-        it (the group re-formed, ranks restarted). timeout: seconds the cell may run; then every
-        rank is interrupted and CellTimeout raised. On KeyboardInterrupt every rank is sent
+        it (the group re-formed, ranks restarted). timeout: seconds the cell may run (time its ranks
+        are stopped at a breakpoint does not count); then every rank is interrupted and CellTimeout
+        raised. On KeyboardInterrupt every rank is sent
         SIGINT and the interrupt re-raised. While the cell runs, telemetry (ddplab.log) is
         merged and self.view redrawn.
 

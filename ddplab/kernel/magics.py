@@ -187,7 +187,8 @@ class DDPMagics(Magics):
     @magic_arguments()
     @argument("--ranks", default=None, help="only these ranks, e.g. 0,2 or 1-3 (default: all)")
     @argument("--timeout", type=float, default=None,
-              help="seconds this cell may run; then every rank is interrupted (SIGINT) and the cell fails. "
+              help="seconds this cell may run, not counting time stopped at a breakpoint; then every rank is "
+                   "interrupted (SIGINT) and the cell fails. "
                    "Not the collective timeout: that is %%ddp_start --timeout")
     @argument("--background", "--bg", action="store_true",
               help="return at once; the cell runs on (the dashboard stays live, widgets and knobs work); "

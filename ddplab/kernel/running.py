@@ -9,6 +9,8 @@ only under lab.lock.
 import logging
 import threading
 import time
+from collections.abc import Iterable
+from typing import Any
 
 from ..shared.config import tunables
 from ..shared.errors import (
@@ -23,39 +25,42 @@ from ..shared.errors import (
 from ..shared.timeline import CellSpans
 from ..shared.words import ranks_text, say
 from . import cell
+from .cell import Recovery, RunResult
 from .monitor import Hooks
 
 log = logging.getLogger("ddplab")
 
 
 class Runner:
-    def __init__(self, lab):
+    def __init__(self, lab: Any) -> None:  # lab: the Lab (kernel.lab, a layer above)
         self.lab = lab
         self.busy = False  # a cell runs (foreground or background): the watch thread stays out of its way
-        self.background = None  # the cell running in the background, if any
-        self.last_result = None  # RunResult of the last cell, also when it failed or was interrupted
+        self.background: Background | None = None  # the cell running in the background, if any
+        self.last_result: RunResult | None = None  # of the last cell, also when it failed or was interrupted
 
-    def run(self, code, ranks=None, timeout=None, background=False):
+    def run(self, code: str, ranks: Iterable[int] | None = None, timeout: float | None = None,
+            background: bool = False) -> "RunResult | Background":
         lab = self.lab
         with lab.lock:
             if self.background is not None and not self.background.done():
                 raise BadRequest("a cell runs in the background on the ranks: %ddp_wait waits for its result, "
                                  "%ddp_interrupt stops it")
-            ranks = lab.check_ranks(ranks)
+            chosen: list[int] = lab.check_ranks(ranks)
             if timeout is not None and not timeout > 0:
                 raise BadRequest(f"timeout must be a positive number of seconds, got {timeout!r}")
             self.last_result = None
             self.busy = True
             if background:
-                self.background = Background(self, code, ranks, timeout)
+                self.background = Background(self, code, chosen, timeout)
                 return self.background
         try:
-            return self.execute(code, ranks, timeout)
+            return self.execute(code, chosen, timeout)
         finally:
             with lab.lock:
                 self.busy = False
 
-    def run_expecting(self, code, name, ranks, timeout, background=False):
+    def run_expecting(self, code: str, name: str, ranks: Iterable[int] | None, timeout: float | None,
+                      background: bool = False) -> DDPLabError:
         """Lab.run(..., expect=name): the failure named `name` returned, any other raised."""
         if background or not (isinstance(name, str) and name.isidentifier()):
             raise BadRequest(f"expect={name!r}: give an error's name (like CollectiveMismatch), "
@@ -69,20 +74,21 @@ class Runner:
         raise ExpectedFailureMissing(say(self.lab.config.lang, "the cell was meant to fail with {name}, but it did "
                                          "not", name=name))
 
-    def forget(self, background):
+    def forget(self, background: "Background") -> None:
         """The background cell is no one's to wait for any more (the pool restarted or stopped under it)."""
         with self.lab.lock:
             if self.background is background:
                 self.background = None
 
-    def wait(self, timeout=None):
+    def wait(self, timeout: float | None = None) -> RunResult:
         with self.lab.lock:
             background = self.background
         if background is None:
             raise BadRequest("no cell runs in the background: %%ddp --background starts one")
         return background.result(timeout)
 
-    def execute(self, code, ranks, timeout, background=None):
+    def execute(self, code: str, ranks: list[int], timeout: float | None,
+                background: "Background | None" = None) -> RunResult:
         """Run one cell on `ranks` until every rank is done or gone, then recover; its RunResult."""
         lab = self.lab
         live, rs = lab.live, lab.run_state
@@ -124,11 +130,11 @@ class Runner:
         lab.export.record(rs.cell, code, None if ranks == list(range(lab.world_size)) else ranks)
         return result
 
-    def say(self, text, **values):
+    def say(self, text: str, **values: Any) -> str:
         """`text` in the pool's language (words.say)."""
         return say(self.lab.config.lang, text, **values)
 
-    def hooks(self, background=None):
+    def hooks(self, background: "Background | None" = None) -> Hooks:
         lab = self.lab
         return Hooks(lost=self.lost, kill=lab.pool.kill, interrupt=lab.pool.interrupt,
                      close_group=lab.group.close, draw=lambda: lab.show("update"), cut=self.cut,
@@ -136,7 +142,7 @@ class Runner:
                      collective_timeout=lab.config.timeout,
                      interrupted=background.interrupted.is_set if background else None)
 
-    def lost(self, ranks):
+    def lost(self, ranks: list[int]) -> dict[int, str]:
         """The ranks of a running cell whose engines are gone; all of them once the pool is stopped under
         it (a background cell then ends at once)."""
         lab = self.lab
@@ -144,7 +150,7 @@ class Runner:
             return {r: "the pool was stopped" for r in ranks}
         return lab.find_lost(ranks)
 
-    def cut(self, ranks):
+    def cut(self, ranks: list[int]) -> None:
         """Tell these running ranks to break their links to their peers (Rank.cut)."""
         lab = self.lab
         ports = sorted({p for i in lab.info for p in i.get("ports", ())})
@@ -152,7 +158,7 @@ class Runner:
         for r in ranks:
             lab.telemetry.command(r, cmd="cut", ports=ports)
 
-    def recover(self, plan):
+    def recover(self, plan: Recovery) -> list[str]:
         """Act on what cell.plan_recovery decided; return what was done, for the user."""
         lab = self.lab
         seconds, stale = 0.0, ()
@@ -169,7 +175,7 @@ class Runner:
                     "(Lab.restart()) brings back a full group"]
         return cell.recovery_notes(plan, lab.world_size, tunables().escalate, seconds, stale, lab.config.lang)
 
-    def hints(self, destroyed):
+    def hints(self, destroyed: bool) -> list[str]:
         """The mistakes the cell made, said once (in the pool's language); a group the cell
         destroyed is formed again here, so the next cell has one."""
         from ..shared.diagnose import hint_text
@@ -196,16 +202,17 @@ class Runner:
 class Background:
     """A cell running in the background: a thread watches it as run() would (dashboard, failures)."""
 
-    def __init__(self, runner, code, ranks, timeout):
+    def __init__(self, runner: Runner, code: str, ranks: list[int], timeout: float | None) -> None:
         self.runner, self.ranks = runner, ranks
-        self._result = self._error = None
+        self._result: RunResult | None = None
+        self._error: BaseException | None = None
         self.interrupted = threading.Event()  # %ddp_interrupt: the watching monitor interrupts, then escalates
         runner.lab.view_background(True)
         self.thread = threading.Thread(target=self._watch, args=(code, ranks, timeout), name="ddplab-background",
                                        daemon=True)
         self.thread.start()
 
-    def _watch(self, code, ranks, timeout):
+    def _watch(self, code: str, ranks: list[int], timeout: float | None) -> None:
         lab = self.runner.lab
         try:
             self._result = self.runner.execute(code, ranks, timeout, background=self)
@@ -216,10 +223,10 @@ class Background:
                 self.runner.busy = False
             lab.view_background(False)
 
-    def done(self):
+    def done(self) -> bool:
         return not self.thread.is_alive()
 
-    def result(self, timeout=None):
+    def result(self, timeout: float | None = None) -> RunResult:
         self.thread.join(timeout)
         if self.thread.is_alive():
             raise TimeoutError(f"the background cell still runs after {timeout:g} s")
@@ -228,14 +235,15 @@ class Background:
                 self.runner.background = None
         if self._error is not None:
             raise self._error
+        assert self._result is not None  # (execute() returned it, or raised)
         return self._result
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         what = "done" if self.done() else "running"
         return f"<a cell in the background on ranks {', '.join(map(str, self.ranks))}: {what}>"
 
 
-def watch(lab, stopping):
+def watch(lab: Any, stopping: threading.Event) -> None:
     """The watch thread: while no cell runs, notice engines that die (so the dashboard shows them
     lost), and messages dropped; until `stopping` is set."""
     from ..shared import state as st
@@ -253,6 +261,6 @@ def watch(lab, stopping):
                 lab.show("update")
 
 
-def failure_names(exc):
+def failure_names(exc: BaseException) -> set[str]:
     """The names a failed cell answers to: its error's classes, and each failed rank's exception."""
     return {k.__name__ for k in type(exc).__mro__} | {f.ename for f in getattr(exc, "failures", {}).values()}

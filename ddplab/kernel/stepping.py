@@ -10,9 +10,13 @@ import re
 import shutil
 import time
 import unicodedata
+from collections.abc import Callable, Mapping
+from typing import Any, Protocol
 
 from ..shared.errors import BadRequest
 from ..shared.words import say
+
+Reply = dict[str, Any]  # a "paused" or "resumed" event of a rank's debugger (telemetry._stop): kind, id, out, where
 
 TARGET = re.compile(r"^\s*\[([\d,\s]*|all)\]\s*(.*)$")
 REPLY_WAIT = 30.0  # seconds a command may take before the rank is shown as still carrying it out
@@ -20,7 +24,13 @@ MOVED_WAIT = 1.0  # seconds to wait for a rank that ran on (next, step) to stop 
 LEAVE = {"c", "cont", "continue", "q", "quit", "exit"}
 
 
-def parse(line):
+class Polls(Protocol):
+    """The cell's monitor (monitor.Monitor), as prompt() uses it: poll() merges what ranks sent."""
+
+    def poll(self) -> None: ...
+
+
+def parse(line: str) -> tuple[list[int] | None, str]:
     """"[0,2] p x" -> ([0, 2], "p x"); "p x" -> (None, "p x") (every stopped rank); "[all] c" -> (None, "c")."""
     found = TARGET.match(line)
     if not found:
@@ -31,7 +41,7 @@ def parse(line):
     return sorted({int(r) for r in ranks.split(",") if r.strip()}), command.strip()
 
 
-def side_by_side(blocks, width=None):
+def side_by_side(blocks: Mapping[str, str], width: int | None = None) -> str:
     """{title: text} as columns (up to 4), else one block after another."""
     width = width or min(shutil.get_terminal_size((120, 20)).columns, 160)
     if not blocks:
@@ -40,7 +50,7 @@ def side_by_side(blocks, width=None):
         return "\n".join(f"── {title}\n{text.rstrip()}" for title, text in blocks.items())
     gap = " │ "
     col = max(16, (width - len(gap) * (len(blocks) - 1)) // len(blocks))
-    columns = []
+    columns: list[list[str]] = []
     for title, text in blocks.items():
         lines = [title, "─" * min(col, max(len(title), 8))]
         for line in text.rstrip().splitlines() or [""]:
@@ -54,14 +64,15 @@ def side_by_side(blocks, width=None):
     return "\n".join(rows)
 
 
-def _width(text):
+def _width(text: str) -> int:
     """Columns `text` takes on screen: a Chinese character takes two."""
     return sum(2 if unicodedata.east_asian_width(ch) in "WF" else 1 for ch in text)
 
 
-def _wrap(line, col):
+def _wrap(line: str, col: int) -> list[str]:
     """`line` cut into pieces of at most `col` screen columns."""
-    pieces, piece = [], ""
+    pieces: list[str] = []
+    piece = ""
     for ch in line:
         if _width(piece + ch) > col:
             pieces.append(piece)
@@ -73,22 +84,24 @@ def _wrap(line, col):
 class Stepper:
     """The stopped ranks of the cell running on `lab`, and commands to them."""
 
-    def __init__(self, lab):
+    def __init__(self, lab: Any) -> None:  # lab: the Lab (kernel.lab, a layer above)
         self.lab = lab
         self.told = False  # said once per cell that this front end has no input box
-        self.ask, self.say = input, print  # the prompt's question and its answers (a test may put its own)
+        self.ask: Callable[[str], str] = input  # the prompt's question (a test may put its own)
+        self.say: Callable[[str], object] = print  # and its answers
 
-    def stopped(self):
+    def stopped(self) -> dict[int, dict[str, Any]]:
         """{rank: where it stopped (file, line, function, code)} of the ranks pdb waits on now."""
         rs = self.lab.run_state
         return {r: rs.ranks[r].stopped for r in rs.running if rs.ranks[r].stopped is not None}
 
-    def status(self):
+    def status(self) -> str:
         """Where every rank of the cell is: stopped (and the code around the line), waiting in a collective
         (for whom), running, or done. One line a rank, then the code of each stopped place."""
         lab, lang = self.lab, self.lab.config.lang
         rs, stopped = lab.run_state, self.stopped()
-        lines, places = [], {}
+        lines: list[str] = []
+        places: dict[tuple[Any, Any, Any], tuple[dict[str, Any], list[int]]] = {}
         for r in rs.running:
             s = rs.ranks[r]
             if s.stopped is not None:
@@ -112,7 +125,8 @@ class Stepper:
             lines += [f"{'->' if n == where['line'] else '  '} {n:4d} {text}" for n, text in where["code"]]
         return "\n".join(lines)
 
-    def send(self, line, ranks=None, pump=None):
+    def send(self, line: str, ranks: list[int] | None = None,
+             pump: Callable[[], object] | None = None) -> dict[int, Reply | None]:
         """Send the pdb command `line` to `ranks` (None: every stopped rank) and wait for their replies:
         {rank: reply} (kind "paused": done, still stopped; "resumed": the program runs on; None: no reply
         within REPLY_WAIT s). pump: merges telemetry while waiting (the monitor's poll in a foreground
@@ -130,7 +144,8 @@ class Stepper:
             return {}
         live = lab.live
         sent = {r: (lab.telemetry.command(r, cmd="debug", line=line), len(live.stops.get(r, ()))) for r in targets}
-        replies, moved = {}, {}
+        replies: dict[int, Reply] = {}
+        moved: dict[int, float] = {}
         deadline = time.monotonic() + REPLY_WAIT
         while time.monotonic() < deadline:
             time.sleep(0.02)
@@ -150,10 +165,10 @@ class Stepper:
                 break
         return {r: replies.get(r) for r in targets}
 
-    def _done(self, rank):
+    def _done(self, rank: int) -> bool:
         return self.lab.run_state.states[rank] in ("done", "failed", "lost")
 
-    def show(self, replies):
+    def show(self, replies: Mapping[int, Reply | None]) -> str:
         """The replies side by side, rank by rank."""
         lang = self.lab.config.lang
         blocks = {}
@@ -168,7 +183,7 @@ class Stepper:
             blocks[f"rank {r}"] = text
         return side_by_side(blocks)
 
-    def prompt(self, monitor):
+    def prompt(self, monitor: Polls) -> None:
         """One command from the user (a foreground cell, while ranks are stopped): the ranks' places, the
         question, the replies. Without an input box (a notebook run headless), the ranks continue."""
         lang, ask, show = self.lab.config.lang, self.ask, self.say
@@ -194,7 +209,7 @@ class Stepper:
             show(str(exc))
 
 
-def place(where, lang="en"):
+def place(where: Mapping[str, Any], lang: str = "en") -> str:
     """"cell line 5, in f" / "line 80 of ring.py, in send" of a stopped frame."""
     if where.get("cell"):
         return say(lang, "cell line {line}", line=where["line"]) + (
@@ -203,5 +218,5 @@ def place(where, lang="en"):
                function=where.get("function", "?"))
 
 
-def _key(where):
+def _key(where: Mapping[str, Any]) -> tuple[Any, Any, Any]:
     return (where.get("file"), where.get("line"), where.get("function"))

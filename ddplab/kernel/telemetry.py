@@ -12,6 +12,7 @@ import threading
 import time
 from collections import deque
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, cast
 
 import zmq
 
@@ -19,6 +20,9 @@ from ..shared import wire
 from ..shared.members import MembersOnly
 from ..shared.metrics import LiveMetrics
 from ..shared.state import RunState
+
+if TYPE_CHECKING:
+    from ..shared.timeline import CellSpans
 
 log = logging.getLogger("ddplab")
 
@@ -30,23 +34,27 @@ class Live:
 
     run_state: RunState
     metrics: LiveMetrics
-    cell_of: dict = field(default_factory=dict)  # (rank, the rank's own cell count) -> notebook cell
-    hints: dict = field(default_factory=dict)  # what ranks did by mistake this cell: hint -> ranks
-    begun: set = field(default_factory=set)  # ranks that said they began this cell (its request reached them)
-    spans: object = None  # timeline.CellSpans of the cell running (or the last one)
-    timelines: dict = field(default_factory=dict)  # notebook cell -> its CellSpans
-    calls: dict = field(default_factory=dict)  # rank -> the collectives of its cell, once it finished
-    refused: dict = field(default_factory=dict)  # account -> [gloo connections refused, of them pairs taken]
-    units: dict = field(default_factory=dict)  # rank -> {its index of a module served: the module's name}
-    groups: dict = field(default_factory=dict)  # rank -> {its index of a process group: (label, ranks)}
-    stops: dict = field(default_factory=dict)  # rank -> (id, what pdb said) of each debugger stop or resume, in order
-    stacks: dict = field(default_factory=dict)  # (rank, command id) -> the rank's stacks, as py-spy printed them
+    cell_of: dict[tuple[int, int], int] = field(default_factory=dict)  # (rank, the rank's own cell count) -> cell
+    hints: dict[str, set[int]] = field(default_factory=dict)  # what ranks did by mistake this cell: hint -> ranks
+    begun: set[int] = field(default_factory=set)  # ranks that said they began this cell (its request reached them)
+    spans: "CellSpans | None" = None  # timeline.CellSpans of the cell running (or the last one)
+    timelines: "dict[int, CellSpans]" = field(default_factory=dict)  # notebook cell -> its CellSpans
+    calls: dict[int, wire.Calls] = field(default_factory=dict)  # rank -> the collectives of its cell, once it finished
+    refused: dict[str, list[int]] = field(default_factory=dict)  # account -> [gloo connections refused, of them
+    #                                                                pairs taken]
+    units: dict[int, dict[int, str]] = field(default_factory=dict)  # rank -> {its index of a module served: its name}
+    groups: dict[int, dict[int, tuple[str, tuple[int, ...]]]] = field(default_factory=dict)  # rank -> {its index of
+    #                                                                    a process group: (label, ranks)}
+    stops: dict[int, list[dict[str, Any]]] = field(default_factory=dict)  # rank -> each debugger stop or resume, in
+    #                                                                       order (stop(): kind, id, out, where)
+    stacks: dict[tuple[int, int], str] = field(default_factory=dict)  # (rank, command id) -> the rank's stacks, as
+    #                                                                   py-spy printed them
 
     @classmethod
-    def new(cls, world_size):
+    def new(cls, world_size: int) -> "Live":
         return cls(RunState(world_size), LiveMetrics(world_size))
 
-    def refuse(self, account, n, taken):
+    def refuse(self, account: str, n: int, taken: int) -> None:
         """n gloo connections of another account were refused (ddplab.rank.guard), `taken` of them had taken a pair."""
         counts = self.refused.setdefault(account, [0, 0])
         counts[0] += n
@@ -73,10 +81,12 @@ class Telemetry:
     READ_SECONDS = 0.02
     MAX_PENDING = 20_000
 
-    def __init__(self, where, key, member=None):
+    def __init__(self, where: str, key: bytes, member: tuple[bytes, bytes] | None = None) -> None:
         self.key = key
         self.member = member or zmq.curve_keypair()  # the pool's member key pair (members.py): given to the ranks
-        self.public = self._server = None
+        self.public: bytes | None = None
+        self._server: MembersOnly | None = None
+        self.socket: zmq.Socket[bytes]
         if where.startswith("ipc://"):
             self.socket = zmq.Context.instance().socket(zmq.ROUTER)
             self.socket.setsockopt(zmq.LINGER, 0)
@@ -92,21 +102,21 @@ class Telemetry:
             port = self.socket.bind_to_random_port(where)
             self.address = f"{where}:{port}"
         self._generation = 0  # the group's forming now (Group.form sets it): older batches are late
-        self.dropped = {}  # (why, sender address) -> count
-        self._routes = {}  # rank -> zmq routing id of the connection its last good batch came on
-        self._fresh = {}  # rank -> (gen, seq) of its last good batch
-        self._pending = deque()  # good batches read (by command(), say) and not handed out yet
+        self.dropped: dict[tuple[str, str], int] = {}  # (why, sender address) -> count
+        self._routes: dict[int, bytes] = {}  # rank -> zmq routing id of the connection its last good batch came on
+        self._fresh: dict[int, tuple[int, int]] = {}  # rank -> (gen, seq) of its last good batch
+        self._pending: deque[wire.Batch] = deque()  # good batches read (by command(), say) and not handed out yet
         self._command_seq = 0
-        self._acks = {}  # rank -> the number of the last command it carried out (in this forming)
-        self._sent = {}  # rank -> the number of the last command sent to it (in this forming)
+        self._acks: dict[int, int] = {}  # rank -> the number of the last command it carried out (in this forming)
+        self._sent: dict[int, int] = {}  # rank -> the number of the last command sent to it (in this forming)
         self._lock = threading.Lock()
 
     @property
-    def generation(self):
+    def generation(self) -> int:
         return self._generation
 
     @generation.setter
-    def generation(self, value):
+    def generation(self, value: int) -> None:
         """A new forming of the group: ranks are heard again (their new connections) from now."""
         with self._lock:
             self._generation = value
@@ -114,19 +124,19 @@ class Telemetry:
             self._acks.clear()  # (a rank that joins anew counts from nothing: nothing it said before counts)
             self._sent.clear()
 
-    def heard(self, rank):
+    def heard(self, rank: int) -> bool:
         """Whether `rank` has sent a good batch since the group was formed (its telemetry works)."""
         with self._lock:
             self._read()
             return rank in self._routes
 
-    def last_accepted(self, rank):
+    def last_accepted(self, rank: int) -> tuple[int, int] | None:
         """(gen, seq) of the last good batch from `rank`: a batch not newer is dropped."""
         with self._lock:
             self._read()
             return self._fresh.get(rank)
 
-    def _read(self):
+    def _read(self) -> None:
         """Read what waits (bounded), keep the good batches in _pending, count the rest."""
         deadline = time.perf_counter() + self.READ_SECONDS
         for _ in range(self.MAX_READ):
@@ -140,7 +150,8 @@ class Telemetry:
             batch, why = wire.decode(self.key, frames) if frames else (None, "malformed")
             if batch is not None:
                 why = self._stale(batch)
-            if why is not None:
+            if batch is None or why is not None:
+                why = why or "malformed"  # (decode() says why)
                 sender = _peer(frames[0]) if frames else ""
                 self.dropped[why, sender] = self.dropped.get((why, sender), 0) + 1
                 if why != "late":
@@ -157,7 +168,7 @@ class Telemetry:
             if time.perf_counter() > deadline:
                 return
 
-    def _stale(self, batch):
+    def _stale(self, batch: wire.Batch) -> str | None:
         """None for a batch to use; "late" for one from an earlier forming of the group; "replayed"
         for one not newer than the last good batch of its rank (sent again, or out of order)."""
         if batch.gen < self._generation:
@@ -166,7 +177,7 @@ class Telemetry:
             return "replayed"
         return None
 
-    def batches(self):
+    def batches(self) -> list[wire.Batch]:
         """Every good batch read now (wire.Batch), in order; bad ones are counted in self.dropped."""
         with self._lock:
             self._read()
@@ -174,7 +185,7 @@ class Telemetry:
             self._pending.clear()
         return out
 
-    def news(self):
+    def news(self) -> dict[tuple[str, str], str]:
         """{(why, sender): sentence} for every sender whose messages were dropped, e.g.
         "12 unsigned telemetry messages dropped from 127.0.0.1" (zmq tells the sender's address).
         Late batches (sent before the group was formed again) are the pool's own: not news."""
@@ -184,7 +195,7 @@ class Telemetry:
                                + (f" from {sender}" if sender else " (sender not known)")
                 for (why, sender), count in dropped if why != "late"}
 
-    def command(self, rank, **command):
+    def command(self, rank: int, **command: Any) -> int | None:
         """Send a rank a signed command (rank.py's telemetry thread reads it within a tick), on the
         connection its last good batch came from. Its number (the rank acknowledges it: acked()), or
         None if the rank has not been heard yet."""
@@ -203,7 +214,7 @@ class Telemetry:
             self._sent[rank] = self._command_seq
             return self._command_seq
 
-    def confirm(self, sent, timeout):
+    def confirm(self, sent: dict[int, int | None], timeout: float) -> list[int]:
         """Wait (at most `timeout` seconds) until every rank of {rank: command number} has said it
         carried out that command; the ranks that have not."""
         deadline = time.monotonic() + timeout
@@ -215,18 +226,18 @@ class Telemetry:
                     return waiting
                 self.socket.poll(10)  # the ranks' next batch (short: the socket is locked meanwhile)
 
-    def wait(self, ms):
+    def wait(self, ms: int) -> None:
         """Block until a batch is waiting (or ms pass; keep ms short: the socket is locked meanwhile)."""
         with self._lock:
             if not self._pending:
                 self.socket.poll(ms)
 
     @property
-    def refused(self):
+    def refused(self) -> int:
         """Connections refused because they did not hold the pool's member key (TCP only)."""
         return self._server.refused if self._server is not None else 0
 
-    def close(self):
+    def close(self) -> None:
         with self._lock:
             if self._server is not None:
                 self._server.close()
@@ -234,14 +245,14 @@ class Telemetry:
                 self.socket.close(linger=0)
 
 
-def _peer(frame):
+def _peer(frame: zmq.Frame) -> str:
     try:
-        return frame.get("Peer-Address") or ""
+        return str(frame.get("Peer-Address") or "")
     except (zmq.ZMQError, AttributeError, UnicodeDecodeError):
         return ""
 
 
-def stack_of(value):
+def stack_of(value: str | None) -> tuple[int, str] | None:
     """(command id, text) of a "stack" event, or None if it is not one."""
     try:
         stack = json.loads(value) if isinstance(value, str) else None
@@ -252,7 +263,7 @@ def stack_of(value):
     return None
 
 
-def _stop(kind, value):
+def _stop(kind: str, value: str | None) -> dict[str, Any] | None:
     """A debugger's event as a dict (kind, id, out, and where it stopped), or None if it is not one."""
     try:
         stop = json.loads(value) if isinstance(value, str) else None
@@ -265,7 +276,7 @@ def _stop(kind, value):
     return {**stop, "kind": kind}
 
 
-def merge(live, batch, now):
+def merge(live: Live, batch: wire.Batch, now: float) -> bool:
     """Fold one batch from a rank into `live`; True if it was the rank's last of the cell."""
     rs = live.run_state
     rank = batch.rank
@@ -287,7 +298,7 @@ def merge(live, batch, now):
     for _t, kind, value in batch.events:
         if kind == "phase":
             rs.set_phase(rank, value)
-        elif kind == "hint":
+        elif kind == "hint" and value is not None:
             live.hints.setdefault(value, set()).add(rank)
         elif kind == "begin":
             live.begun.add(rank)
@@ -314,7 +325,7 @@ def merge(live, batch, now):
             if n.isdigit() and taken.isdigit():
                 live.refuse(account, int(n), int(taken))
     if batch.where is not None or batch.final:
-        rs.set_where(rank, None if batch.final else batch.where)
+        rs.set_where(rank, None if batch.final else cast("dict[str, Any] | None", batch.where))
     if batch.calls is not None:
         live.calls[rank] = batch.calls  # what a rank that finished the cell had called
     if live.spans is not None:

@@ -1,8 +1,9 @@
 """breakpoint() in %%ddp cells on the session's pool: every rank stops, commands go to all stopped ranks
 or to a set and their replies come back rank by rank; ranks step and continue; a rank held at a
 breakpoint is never cut, killed or timed out while the others wait for it in an all_reduce (though a
-rank that is merely slow is, at the pool's timeout); a foreground cell asks for its commands; q and
-Ctrl-C leave the debugger and end the cell; the pool works after each."""
+rank that is merely slow is, at the pool's timeout), nor by the cell's own timeout (%%ddp --timeout); a
+foreground cell asks for its commands; q and Ctrl-C leave the debugger and end the cell; the pool works
+after each."""
 import dataclasses
 import time
 
@@ -104,6 +105,41 @@ def test_a_rank_held_at_a_breakpoint_is_never_timed_out_though_a_slow_one_is(poo
             pool.run("import time\nif rank == 1:\n    time.sleep(6)\nt = torch.ones(1)\ndist.all_reduce(t)", timeout=60)
     finally:
         pool.config = saved
+    usable(pool)
+
+
+HELD = "if rank == 0:\n    breakpoint()\nt = torch.ones(1)\ndist.all_reduce(t)\ntotal = t.item()\n"
+
+
+@pytest.mark.slow
+def test_time_stopped_at_a_breakpoint_does_not_count_against_the_cells_timeout(pool):
+    """Issue 44: a cell run with --timeout 6 whose rank 0 is held at a breakpoint for 10 s while the others
+    wait for it in an all_reduce, then continued, ends well (it ended with CellTimeout, every rank
+    interrupted): in the foreground (two commands asked, 5 s each) and in the background (%ddp_step)."""
+    stepper = pool.debug.stepper
+    asked, said = [], []
+
+    def ask(prompt):  # a person: 5 s to type each command
+        asked.append(time.monotonic())
+        time.sleep(5.0)
+        return "p rank" if len(asked) == 1 else "c"
+
+    saved = stepper.ask, stepper.say
+    stepper.ask, stepper.say = ask, said.append
+    tic = time.monotonic()
+    try:
+        result = pool.run(HELD, timeout=6)  # (%%ddp --timeout 6)
+    finally:
+        stepper.ask, stepper.say = saved
+    assert not result.failed and len(asked) == 2 and pool.gather("total") == [4.0] * 4
+    assert time.monotonic() - tic >= 10 and "rank 0: stopped at a breakpoint" in "\n".join(said)
+
+    bg = pool.run(HELD, timeout=6, background=True)
+    stopped(pool, [0])
+    time.sleep(10.0)
+    assert not bg.done() and list(pool.run_state.states) == ["running"] * 4, list(pool.run_state.states)
+    pool.debug.step("c")
+    assert not bg.result(30).failed and pool.gather("total") == [4.0] * 4
     usable(pool)
 
 

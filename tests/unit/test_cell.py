@@ -1,6 +1,9 @@
-"""A cell's collection, recovery decisions and wait loop, with fake replies: no engines."""
+"""A cell's collection, recovery decisions and wait loop, with fake replies and a fake clock: no engines,
+no sleeping."""
 import time
 from types import SimpleNamespace
+
+import pytest
 
 from ddplab.kernel import escalation as esc_stages
 from ddplab.kernel.cell import collect, plan_recovery, recovery_notes, shows_a_value
@@ -9,6 +12,7 @@ from ddplab.kernel.monitor import Hooks, Monitor, Outcome, RankSeen
 from ddplab.kernel.telemetry import Live
 from ddplab.shared import state as st
 from ddplab.shared.config import tunables
+from tests.unit.clock import FakeClock
 
 
 class Remote(Exception):
@@ -105,10 +109,11 @@ def test_only_cells_ending_in_an_expression_show_a_value():
 
 
 class FakeReplies:
-    """Ranks that finish when told to."""
+    """Ranks that finish when told to; waiting for them moves the fake clock on (as long as asked)."""
 
-    def __init__(self, ranks):
+    def __init__(self, ranks, clock):
         self.replies = {r: None for r in ranks}
+        self.clock = clock
 
     def done(self, rank):
         return self.replies[rank] is not None
@@ -123,13 +128,18 @@ class FakeReplies:
         return "" if key != "outputs" else []
 
     def wait(self, timeout):
-        time.sleep(min(timeout, 0.01))
+        self.clock.advance(timeout)
 
     def wait_for_output(self, timeout):
         pass
 
 
-def fake_monitor(n=3, cut=False):
+HAIR = 1e-6  # a hair past a wait, to cross it: times are floats (1000.3 - 1000.0 < 0.3)
+
+
+def fake_monitor(n=3, cut=False, clock=None):
+    """A Monitor of n ranks on fake replies and a FakeClock (monitor.clock), and the calls of its hooks."""
+    clock = clock or FakeClock()
     calls = {"close": [], "kill": [], "interrupt": [], "draws": 0, "cut": []}
     dead = {}
 
@@ -145,16 +155,18 @@ def fake_monitor(n=3, cut=False):
     live = Live.new(n)
     live.run_state.set_all(st.INIT)
     live.run_state.set_all(st.READY)
-    live.run_state.begin_cell(list(range(n)), time.monotonic())
-    replies = FakeReplies(range(n))
-    return Monitor(replies, list(range(n)), live, None, hooks), replies, calls, dead
+    live.run_state.begin_cell(list(range(n)), clock())
+    replies = FakeReplies(range(n), clock)
+    return Monitor(replies, list(range(n)), live, None, hooks, clock=clock), replies, calls, dead
 
 
 def test_the_monitor_closes_the_group_under_ranks_left_waiting_by_a_failure():
     monitor, replies, calls, _ = fake_monitor()
     replies.replies[1] = Remote("ValueError", "boom")
     assert not monitor.check() and calls["close"] == []  # not at once: the others may finish by themselves
-    monitor.failed_at[1] -= tunables().fail_fast
+    monitor.clock.advance(tunables().fail_fast * 0.9)
+    assert not monitor.check() and calls["close"] == []
+    monitor.clock.advance(tunables().fail_fast * 0.1 + HAIR)
     assert not monitor.check() and calls["close"] == [[1]]
     monitor.check()
     assert calls["close"] == [[1]]  # once per rank
@@ -170,7 +182,9 @@ def test_a_dead_rank_is_lost_and_frees_the_others():
     replies.replies[0] = ok()
     monitor.check()
     assert monitor.lost == {2: dead[2]} and monitor.live.run_state.states[2] == st.LOST
-    monitor.failed_at[2] -= tunables().fail_fast
+    monitor.check()
+    assert calls["close"] == []
+    monitor.clock.advance(tunables().fail_fast + HAIR)
     monitor.check()
     assert calls["close"] == [[0]]  # the idle rank 0; rank 1 still runs, rank 2 is gone
 
@@ -179,9 +193,13 @@ def test_after_sigint_ranks_that_do_not_stop_are_killed_one_at_a_time():
     monitor, replies, calls, _ = fake_monitor()
     monitor.interrupt()
     assert calls["interrupt"] == [[0, 1, 2]]
-    monitor.escalation.since -= tunables().escalate
+    monitor.clock.advance(tunables().escalate * 0.9)
+    monitor.check()
+    assert calls["kill"] == []
+    monitor.clock.advance(tunables().escalate * 0.1 + HAIR)
     monitor.check()
     assert calls["kill"] == [[2]] and monitor.killed == {2}
+    monitor.clock.advance(tunables().escalate * 0.9)
     monitor.check()
     assert calls["kill"] == [[2]]  # the next one only after another escalate interval without progress
     replies.replies[0] = replies.replies[1] = Remote("KeyboardInterrupt", "")
@@ -191,21 +209,21 @@ def test_after_sigint_ranks_that_do_not_stop_are_killed_one_at_a_time():
 def test_after_sigint_links_are_cut_first_and_ranks_leaving_the_cell_are_given_time():
     monitor, replies, calls, _ = fake_monitor(cut=True)
     monitor.interrupt()
-    monitor.escalation.since -= tunables().escalate
+    monitor.clock.advance(tunables().escalate + HAIR)
     monitor.check()
     assert calls["cut"] == [[0, 1, 2]] and calls["kill"] == []  # cut first: the ranks keep their variables
     rs = monitor.live.run_state
     rs.set_where(0, {"line": None})  # out of the cell's code: its reply is on the way
     rs.set_where(1, {"line": None})
     rs.set_where(2, {"op": "all_reduce", "line": 3, "since": 4})  # still in a collective
-    monitor.escalation.since -= tunables().escalate
+    monitor.clock.advance(tunables().escalate + HAIR)
     monitor.check()
     assert calls["kill"] == [[2]]  # only the rank whose stack says it is stuck
     replies.replies[2] = Remote("KeyboardInterrupt", "")
-    monitor.escalation.since -= tunables().escalate
+    monitor.clock.advance(tunables().escalate + HAIR)
     monitor.check()
     assert calls["kill"] == [[2]]  # ranks 0 and 1 leave the cell: not killed for being slow to reply
-    monitor.escalation.since -= tunables().leave_grace
+    monitor.clock.advance(tunables().leave_grace + HAIR)
     monitor.check()
     assert calls["kill"] == [[2], [1]]  # ... unless they never reply
 
@@ -214,23 +232,26 @@ def test_the_monitor_redraws_at_most_once_a_frame_and_only_when_something_change
     monitor, replies, calls, _ = fake_monitor()
     monitor.poll()
     assert calls["draws"] == 0  # the first frame comes a frame into the cell
-    monitor.last_frame -= tunables().frame
+    monitor.clock.advance(tunables().frame)
     monitor.poll()
     assert calls["draws"] == 1
-    monitor.last_frame -= tunables().frame
+    monitor.clock.advance(tunables().frame)
     monitor.poll()
     assert calls["draws"] == 1  # nothing changed
     monitor.live.run_state.touch()
-    monitor.last_frame -= tunables().frame
+    monitor.clock.advance(tunables().frame / 2)
+    monitor.poll()
+    assert calls["draws"] == 1  # (not before a frame has passed)
+    monitor.clock.advance(tunables().frame / 2)
     monitor.poll()
     assert calls["draws"] == 2
 
 
 class FakeTelemetry:
-    """The telemetry of ranks whose batches the test hands in."""
+    """The telemetry of ranks whose batches the test hands in; waiting moves the fake clock on."""
 
-    def __init__(self, heard):
-        self.waiting, self.heard_ranks = [], set(heard)
+    def __init__(self, heard, clock):
+        self.waiting, self.heard_ranks, self.clock = [], set(heard), clock
 
     def batches(self):
         out, self.waiting = self.waiting, []
@@ -240,7 +261,7 @@ class FakeTelemetry:
         return rank in self.heard_ranks
 
     def wait(self, ms):
-        time.sleep(ms / 1000)
+        self.clock.advance(ms / 1000)
 
 
 def batch(rank, final=False, begin=False):
@@ -255,12 +276,13 @@ def test_a_cell_or_result_lost_on_the_way_ends_the_cell_with_an_error_not_a_wait
     since the group formed); rank 2 still runs. reply_grace later both are out of the cell, named,
     rank 2 is cut free, and the group is re-formed; the monitor never waits for them."""
     monitor, replies, calls, _ = fake_monitor(cut=True)
-    telemetry = monitor.telemetry = FakeTelemetry(heard={0, 1, 2})
+    telemetry = monitor.telemetry = FakeTelemetry(heard={0, 1, 2}, clock=monitor.clock)
     telemetry.waiting = [batch(0, begin=True, final=True), batch(2, begin=True)]
     monitor.poll()
     assert not monitor.check() and monitor.undelivered == {}  # not yet: they may be slow
-    monitor.started -= tunables().reply_grace
-    monitor.finals[0] -= tunables().reply_grace
+    monitor.clock.advance(tunables().reply_grace * 0.99)
+    assert not monitor.check() and monitor.undelivered == {}
+    monitor.clock.advance(tunables().reply_grace * 0.01 + HAIR)
     assert not monitor.check()
     assert monitor.undelivered == {0: "reply", 1: "request"} and calls["cut"] == [[2]]
     assert monitor.running() == [2] and monitor.live.run_state.states[0] == st.FAILED
@@ -276,20 +298,101 @@ def test_a_cell_or_result_lost_on_the_way_ends_the_cell_with_an_error_not_a_wait
 def test_a_rank_never_heard_from_is_not_declared_lost_on_the_way():
     """Telemetry that cannot reach the notebook (a firewall between hosts) must not fail every cell."""
     monitor, replies, calls, _ = fake_monitor()
-    monitor.telemetry = FakeTelemetry(heard=set())
-    monitor.started -= 2 * tunables().reply_grace
+    monitor.telemetry = FakeTelemetry(heard=set(), clock=monitor.clock)
+    monitor.clock.advance(2 * tunables().reply_grace)
     assert not monitor.check() and monitor.undelivered == {}
 
 
-def test_settling_after_sigint_is_bounded_even_when_engines_never_answer():
+def test_settling_after_sigint_kills_ranks_that_do_not_stop_one_at_a_time():
     monitor, replies, calls, _ = fake_monitor()
-    monitor.reply_grace = 0.05
-    monitor.escalation.waits = Waits(0.01, 0.01, 0.01)
+    clock = monitor.clock
     monitor.interrupt()
-    tic = time.monotonic()
+    tic = clock.now
     monitor.settle()
-    assert time.monotonic() - tic < 2 and set(monitor.lost) == {0, 1, 2}
-    assert all("did not answer" in why for why in monitor.lost.values()) or calls["kill"]
+    assert set(monitor.lost) == {0, 1, 2} and calls["kill"] == [[2], [1], [0]]
+    assert 3 * tunables().escalate <= clock.now - tic <= 3 * tunables().escalate + 0.5  # (+ a poll after each)
+
+
+def test_settling_after_sigint_is_bounded_and_not_moved_on_by_a_rank_stopped_at_a_breakpoint():
+    """SIGINT takes a rank out of its debugger; one still stopped (its engine does not answer), a person
+    taking 100 s over a command: settling ends at its bound, reply_grace + the worst escalation, and the
+    ranks still running count as lost."""
+    monitor, replies, calls, _ = fake_monitor()
+    clock, bound = monitor.clock, monitor.reply_grace + monitor.escalation.waits.worst(3)
+    monitor.interrupt()
+    tic = clock.now
+    monitor.live.run_state.set_stopped(0, STOP)
+    monitor.hooks.step = lambda m: clock.advance(100)
+    monitor.settle()
+    assert bound < clock.now - tic < 100.5 and set(monitor.lost) == {0, 1, 2} and calls["kill"] == []
+    assert all("did not answer" in why for why in monitor.lost.values())
+
+
+STOP = {"file": "<cell>", "cell": True, "line": 3, "function": "<module>", "code": [[3, "y = x + 1"]]}
+
+
+@pytest.mark.parametrize("finishes_after", [5.0, None])
+def test_time_stopped_at_a_breakpoint_does_not_count_against_the_cells_timeout(finishes_after):
+    """%%ddp --timeout 6: rank 0 stopped at a breakpoint for 14 s (a person stepping, two commands of 7 s)
+    while ranks 1 and 2 wait for it in an all_reduce, then continued: the cell's end moves on by the time
+    it was stopped. Nothing is cut or interrupted meanwhile. finishes_after: seconds the ranks run after
+    the continue (None: they never finish, and the cell times out once it ran 6 s besides the 14)."""
+    monitor, replies, calls, _ = fake_monitor(cut=True)
+    clock, rs = monitor.clock, monitor.live.run_state
+    rs.set_stopped(0, STOP)
+    for r in (1, 2):
+        rs.set_where(r, {"op": "all_reduce", "line": 4, "since": 0.0})
+    asked, continued = [], []
+
+    def step(m):  # one pdb command from the person: 7 s to type; the second continues
+        asked.append(clock.now)
+        clock.advance(7.0)
+        if len(asked) == 2:
+            rs.set_stopped(0, None)
+            continued.append(clock.now)
+
+    def wait(timeout):
+        FakeReplies.wait(replies, timeout)
+        if finishes_after is not None and continued and clock.now - continued[0] >= finishes_after:
+            replies.replies.update({r: ok() for r in range(3)})
+
+    monitor.hooks.step, replies.wait = step, wait
+    tic = clock.now
+    done = monitor.wait(timeout=6.0)
+    assert len(asked) == 2 and calls["cut"] == calls["interrupt"] == calls["kill"] == []
+    assert 14.0 <= monitor.stopped_for() <= 14.2
+    if finishes_after is not None:
+        assert done, "the cell timed out: the 14 s stopped at a breakpoint counted against its timeout"
+        assert clock.now - tic >= 14 + finishes_after  # (more than its 6 s in all)
+    else:
+        assert not done and 20.0 <= clock.now - tic <= 20.2  # 6 s of running, besides the 14 s stopped
+
+
+def test_without_a_breakpoint_the_cells_timeout_is_kept():
+    monitor, replies, calls, _ = fake_monitor()
+    tic = monitor.clock.now
+    assert not monitor.wait(timeout=6.0) and 6.0 <= monitor.clock.now - tic <= 6.01 and monitor.stopped_for() == 0
+
+
+def test_a_cut_is_not_followed_by_sigint_while_a_rank_is_stopped_at_a_breakpoint():
+    """Links cut (collectives that could never finish), then a rank stopped at a breakpoint (the person
+    looks at the error): no SIGINT after_cut s later while it is stopped, but after_cut s after it ran on."""
+    monitor, replies, calls, _ = fake_monitor(cut=True)
+    clock, rs = monitor.clock, monitor.live.run_state
+    monitor.escalation.did("cut")
+    rs.set_stopped(0, STOP)
+    monitor.check()
+    clock.advance(2 * tunables().after_cut)
+    monitor.check()
+    assert calls["interrupt"] == []
+    rs.set_stopped(0, None)
+    monitor.check()
+    clock.advance(tunables().after_cut * 0.9)
+    monitor.check()
+    assert calls["interrupt"] == []
+    clock.advance(tunables().after_cut * 0.1 + HAIR)
+    monitor.check()
+    assert calls["interrupt"] == [[0, 1, 2]]
 
 
 def test_what_was_done_after_a_failed_cell_is_said_in_the_pool_language():
@@ -320,9 +423,13 @@ def test_escalation_goes_cut_then_sigint_then_one_kill_at_a_time_and_progress_re
 
 def test_escalation_after_ctrl_c_cuts_first_where_it_can_and_not_where_it_cannot():
     for can_cut, first in ((True, "cut"), (False, "kill")):
-        esc = Escalation(Waits(escalate=1.0, after_cut=3.0, leave_grace=6.0), can_cut=can_cut)
-        esc.did("interrupt", 0.0)
-        assert esc.due(0.9) is None and esc.due(1.0) == first
+        clock = FakeClock()
+        esc = Escalation(Waits(escalate=1.0, after_cut=3.0, leave_grace=6.0), can_cut=can_cut, clock=clock)
+        esc.did("interrupt")  # (now: its clock's)
+        clock.advance(0.9)
+        assert esc.due() is None
+        clock.advance(0.1 + HAIR)
+        assert esc.due() == first
     assert Waits(1.5, 3.0, 6.0).worst(4) == 1.5 + 4 * 6.0
 
 
