@@ -173,6 +173,7 @@ from torch.distributed.fsdp import fully_shard
 from torch.distributed.tensor import DTensor
 from torch.nn.parallel import DistributedDataParallel as DDP
 from ddplab.lessons import say                       # in rank code too: speaks the pool's language
+from ddplab.lessons.ranks import written              # bytes this process has written so far (/proc/self/io)
 
 WIDTH, LAYERS, CLASSES, BATCH, STEPS = 510, 8, 10, 256, 4
 mesh = ddplab.mesh()                                 # a DeviceMesh over the pool's 4 ranks (CPU, gloo)
@@ -218,15 +219,6 @@ try:  # glibc's count of the bytes malloc has handed out (torch's CPU tensors co
         return info.uordblks + info.hblkhd           # in use in the heaps + in blocks mapped one by one
 except (OSError, AttributeError):                    # not glibc (macOS, musl): no count
     heap = None
-
-
-def written():
-    """Bytes this process has written so far (Linux's /proc/self/io: gloo's sockets among them), or None."""
-    try:
-        with open("/proc/self/io") as f:
-            return int(next(line for line in f if line.startswith("wchar:")).split()[1])
-    except (OSError, StopIteration):
-        return None
 
 
 def whole(model):

@@ -442,17 +442,7 @@ print(say(f"sent by each rank per step on a ring: tensor parallel {sent_tp:,.0f}
 
 # %%
 %%ddp
-from ddplab.lessons.ranks import median_seconds
-
-
-def written():
-    """Bytes this process has written so far (Linux's /proc/self/io: gloo's sockets among them), or None."""
-    try:
-        with open("/proc/self/io") as f:
-            return int(next(line for line in f if line.startswith("wchar:")).split()[1])
-    except (OSError, StopIteration):
-        return None
-
+from ddplab.lessons.ranks import median_seconds, written   # written(): bytes this process wrote (/proc/self/io)
 
 step_of = {"tp": (tp, x, lambda out: out.square().mean()),                       # part 2's step
            "sp": (sp, x[:, tokens], lambda out: out.square().sum() / out_whole.numel())}   # part 3's
