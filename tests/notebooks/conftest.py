@@ -54,10 +54,15 @@ class SharedKernel:
         NotebookClient(reset, km=self.km, timeout=60).execute()
         nb = nbformat.read(self.folder / f"{name}.ipynb", as_version=4)
         tic = time.monotonic()
-        NotebookClient(nb, km=self.km, timeout=budget, kernel_name="python3",
-                       resources={"metadata": {"path": str(self.copy)}}).execute()
-        took = time.monotonic() - tic
         out = ARTIFACTS / self.folder.relative_to(NOTEBOOKS)
+        try:
+            NotebookClient(nb, km=self.km, timeout=budget, kernel_name="python3",
+                           resources={"metadata": {"path": str(self.copy)}}).execute()
+        except BaseException:  # what every cell printed up to the failure, to read after the run
+            (out / "failed").mkdir(parents=True, exist_ok=True)
+            nbformat.write(nb, out / "failed" / f"{name}.ipynb")
+            raise
+        took = time.monotonic() - tic
         out.mkdir(parents=True, exist_ok=True)
         nbformat.write(nb, out / f"{name}.ipynb")
         return nb, took
