@@ -5,27 +5,35 @@ ipyparallel still owns the cluster: ForkedControllerLauncher and ForkedEngineSet
 local launchers with one change, how each process comes to be. The zygote is shared by every
 local pool this process starts, kept warm across %ddp_restart and %ddp_stop / %ddp_start, started
 as early as %load_ext ddplab (it imports torch in the background while the user reads), and ended
-with the process (or %unload_ext ddplab).
+with the process (or %unload_ext ddplab). Each pool binds its launchers to the zygote it started from
+(`forking_from`): a replacement rank is forked where its peers were, whatever the settings say now.
 """
 import os
+from typing import Any
 
 import psutil
 from ipyparallel.cluster.launcher import LocalControllerLauncher, LocalEngineLauncher, LocalEngineSetLauncher
 
 from ..shared import upstream
-from .zygote import zygote
+from .zygote import Zygote
+
+
+def forking_from(launcher: type, zygote: Zygote) -> type:
+    """`launcher` (a class ipyparallel makes instances of) bound to one zygote."""
+    return type(launcher.__name__, (launcher,), {"zygote": zygote})
 
 
 class _Forked:
     """The start() of a local launcher, by a fork of the zygote instead of Popen."""
 
     main: str | None = None  # "engine" or "controller"
-    command = ()  # the command line ipyparallel would run, to strip from its arguments
+    command: Any = ()  # the command line ipyparallel would run, to strip from its arguments
+    zygote: Zygote  # (forking_from)
 
     def start(self):
         env = {**os.environ, **self.get_env()}
         args = self.find_args()[len(self.command):]
-        self.pid = zygote().fork(self.main, env, os.path.abspath(self.work_dir), self.output_file, args)
+        self.pid = self.zygote.fork(self.main, env, os.path.abspath(self.work_dir), self.output_file, args)
         self.process = psutil.Process(self.pid)
         self.notify_start(self.pid)
         # ipyparallel's thread that notices the process end (the pool notices it by its pid in any case)
@@ -56,6 +64,10 @@ class ForkedEngineLauncher(_Forked, LocalEngineLauncher):
     @property
     def command(self):
         return self.engine_cmd
+
+    @property
+    def zygote(self):  # (the engine set's, which forking_from bound)
+        return self.parent.zygote
 
     def find_args(self):
         return [*super().find_args(), "--IPEngine.enable_nanny=False",

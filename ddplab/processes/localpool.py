@@ -7,6 +7,7 @@ port but gloo's, and those live in the zygote's network namespace where the mach
 import os
 import signal
 import time
+from typing import TYPE_CHECKING
 
 from ..shared import upstream
 from ..shared.config import tunables
@@ -15,6 +16,9 @@ from ..shared.privacy import compile_cache
 from ..shared.system import exit_reason, is_gone, kill, loopback_interface
 from .owned import OwnedCluster
 from .pool import Pool, log
+
+if TYPE_CHECKING:
+    from .zygote import Zygote
 
 
 def flooded(output_file):
@@ -38,6 +42,7 @@ class LocalPool(OwnedCluster, Pool):
         self.profile = None
         self.forked = launcher == "local"  # engines forked from the zygote (the controller always is)
         self._procs = {}  # rank -> the launcher of its engine (signalled by pid)
+        self.zygote: Zygote | None = None  # the fork server this pool's processes come from (start)
 
     # ------------------------------------------------------------------ start
     def start(self, n, deadline, say):
@@ -45,18 +50,19 @@ class LocalPool(OwnedCluster, Pool):
 
         self.open_workdir()
         self.compile_folder()
-        started_zygote().pools.add(self)  # usually started at %load_ext ddplab, and warm since (it forks the controller too)
+        self.zygote = started_zygote()  # usually started at %load_ext ddplab, and warm since (it forks the controller too)
+        self.zygote.pools.add(self)
         return self.start_cluster(n, deadline, say)
 
     def engine_launcher(self):
-        from .launcher import ForkedEngineSetLauncher
+        from .launcher import ForkedEngineSetLauncher, forking_from
 
-        return ForkedEngineSetLauncher if self.forked else "local"
+        return forking_from(ForkedEngineSetLauncher, self.zygote) if self.forked else "local"
 
     def controller_launcher(self):
-        from .launcher import ForkedControllerLauncher
+        from .launcher import ForkedControllerLauncher, forking_from
 
-        return ForkedControllerLauncher
+        return forking_from(ForkedControllerLauncher, self.zygote)
 
     def controller_args(self):
         # every socket a file in the private folder: no TCP port (zygote.py makes the names agree)
@@ -108,7 +114,7 @@ class LocalPool(OwnedCluster, Pool):
             return "shared", "local-spawn engines are started by ipyparallel, not forked into a private network"
         from .zygote import started_zygote
 
-        return started_zygote().network
+        return (self.zygote or started_zygote()).network
 
     def exposure(self):
         network, why = self.network
@@ -157,12 +163,10 @@ class LocalPool(OwnedCluster, Pool):
         """The exit code of a dead engine. Its parent reaps it: the zygote (which writes it down)
         or ipyparallel's launcher thread (psutil keeps it on that Process object; waiting here too
         would race that thread)."""
-        from .zygote import zygote
-
         deadline = time.monotonic() + wait
         while True:
-            if self.forked:
-                code = zygote().exit_code(proc.pid)
+            if self.forked and self.zygote is not None:
+                code = self.zygote.exit_code(proc.pid)
             elif upstream.has("psutil:Process._exitcode", proc):
                 code = proc._exitcode
             else:  # (psutil moved it: the loss is said without its exit code)
@@ -182,10 +186,8 @@ class LocalPool(OwnedCluster, Pool):
         kill([self._procs[r].process for r in live if r in self._procs], signal.SIGINT)
 
     def stop(self, shutdown=False):
-        from .zygote import running_zygote
-
         self._procs = {}
         outcome = super().stop(shutdown)
-        if running_zygote() is not None:
-            running_zygote().pools.discard(self)
+        if self.zygote is not None:
+            self.zygote.pools.discard(self)
         return outcome

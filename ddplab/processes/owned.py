@@ -191,9 +191,7 @@ class OwnedCluster:
         forked them (it ends with its notebook anyway), each as "pid start-time" (a pid the system
         gave to another process since is not that one)."""
         if self.workdir:
-            from .zygote import running_zygote
-
-            zygote = running_zygote()
+            zygote = getattr(self, "zygote", None)  # (a local pool's)
             procs = self.processes() + ([psutil.Process(zygote.pid)] if zygote is not None else [])
             lines = []
             for proc in procs:

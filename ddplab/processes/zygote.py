@@ -366,31 +366,32 @@ def main(argv=None):
 
 # ---------------------------------------------------------------------------- the notebook's side
 log = logging.getLogger("ddplab")
-_zygote = None
+_zygotes: "dict[bool, Zygote]" = {}  # by whether its forks get a private network namespace
 _zygote_lock = threading.Lock()
 _broken = None  # why a zygote could not complete its private network namespace: the next ones use the machine's
 
 
-def zygote():
-    """This process's zygote, started if it is not running (it then imports in the background),
-    or started again if DDPLab.private_network changed since, once no pool forks from it (a pool's
-    replacement ranks must live where their peers do: the change is for the next pool)."""
+def zygote() -> "Zygote":
+    """This process's zygote for DDPLab.private_network as it is now, started if it is not running (it
+    then imports in the background). A pool keeps the zygote it started from (its replacement ranks
+    must live where their peers do), so a change of the setting starts a second one for the next pool;
+    the other is stopped once no pool forks from it."""
     from ..shared.config import tunables
 
-    global _zygote
     private = tunables().private_network and _broken is None
     with _zygote_lock:
-        if _zygote is not None and _zygote.proc.poll() is None and _zygote.private_network_asked != private:
-            if _zygote.pools:
-                return _zygote
-            log.info("DDPLab.private_network is now %s: the engine fork server starts again", private)
-            _zygote.stop()
-        if _zygote is None or _zygote.proc.poll() is not None:
-            _zygote = Zygote(private, why_shared=_broken if tunables().private_network else None)
-        return _zygote
+        for asked, other in list(_zygotes.items()):
+            if other.proc.poll() is not None or (asked != private and not other.pools):
+                if other.proc.poll() is None:
+                    log.info("DDPLab.private_network is now %s: the engine fork server starts again", private)
+                other.stop()
+                del _zygotes[asked]
+        if private not in _zygotes:
+            _zygotes[private] = Zygote(private, why_shared=_broken if tunables().private_network else None)
+        return _zygotes[private]
 
 
-def started_zygote():
+def started_zygote() -> "Zygote":
     """zygote(), once it has said where its forks live; one that entered a network namespace it could
     not complete (which cannot be undone) is replaced by one on the machine's network, which says why."""
     z = zygote()
@@ -402,18 +403,20 @@ def started_zygote():
     return z
 
 
-def running_zygote():
-    """The zygote if one runs, else None (never starts one)."""
-    return _zygote if _zygote is not None and _zygote.proc.poll() is None else None
+def running_zygote() -> "Zygote | None":
+    """The zygote a pool started now would fork from, if it runs (never starts one)."""
+    from ..shared.config import tunables
+
+    z = _zygotes.get(tunables().private_network and _broken is None)
+    return z if z is not None and z.proc.poll() is None else None
 
 
 @atexit.register
-def stop_zygote():
-    global _zygote
+def stop_zygote() -> None:
     with _zygote_lock:
-        if _zygote is not None:
-            _zygote.stop()
-            _zygote = None
+        for z in _zygotes.values():
+            z.stop()
+        _zygotes.clear()
 
 
 class Zygote:

@@ -81,7 +81,8 @@ class DDPLab(SingletonConfigurable):
                                       "unprivileged user namespaces): no other account of the machine can reach "
                                       "gloo's ports. The ranks then have no network: download data in the notebook "
                                       "and pass a path. False: the ranks use the machine's network (gloo on its "
-                                      "loopback). %ddp_status says which is in force.").tag(config=True)
+                                      "loopback). It applies to the next pool started (a running pool keeps its network). "
+                                      "%ddp_status says which is in force.").tag(config=True)
     accept_gate = Bool(True, help="Where the ranks share the machine's network: answer every accept of gloo's listeners "
                                   "in the rank itself (seccomp user notification, gate.py), so that no other account's "
                                   "connection ever reaches gloo. False: only the check before each group is used "

@@ -43,7 +43,8 @@ def test_a_straggler_is_named_and_the_others_wait_for_it(pool):
     parts = tl.breakdown()
     for r in (0, 1, 3):  # most of the 20 ms the straggler adds to each step, spent waiting for it
         assert parts[r]["wait"] >= 0.012, (r, parts[r])
-    assert parts[2]["wait"] < 0.004 and parts[2]["compute"] >= 0.02, parts[2]  # it waits for nobody
+    waited = min(parts[r]["wait"] for r in (0, 1, 3))  # it waits for nobody (a little, on a loaded machine)
+    assert parts[2]["wait"] < waited / 3 and parts[2]["compute"] >= 0.02, (parts[2], waited)
     assert tl.blame()[2] >= 0.012  # each other rank waits for it, on average
     frame = tl.to_pandas()
     assert list(frame.columns) == ["rank", "step", "phase", "start", "end", "op", "bucket", "module", "group", "bytes",

@@ -9,6 +9,7 @@ import time
 
 import pytest
 
+from ddplab import Lab
 from ddplab.processes.zygote import Zygote
 
 
@@ -55,22 +56,28 @@ def test_the_fork_server_follows_the_config_file_from_the_start():
 @pytest.mark.pool
 @pytest.mark.xdist_group("shared-pool")
 def test_changing_private_network_while_a_pool_runs_is_for_the_next_pool(pool):
-    """The zygote a running pool forks from stays, whatever %ddp_status asks meanwhile: a rank started
-    again lives in the same network namespace as its peers."""
-    from ddplab.processes.zygote import running_zygote
+    """The zygote a running pool forks from stays, whatever the setting says meanwhile: a rank started
+    again lives in the same network namespace as its peers; a pool started meanwhile gets the setting
+    as it is now (a second fork server), which stops once nothing forks from it."""
+    from ddplab.processes.zygote import zygote
     from ddplab.shared.config import tunables
     from ddplab.shared.privacy import network_namespace
 
-    before = running_zygote().pid
+    ours = pool.pool.zygote
     t = tunables()
-    t.private_network = not t.private_network
+    was = ours.network[0]
+    t.private_network = was != "private"
     try:
         pool.report.status()
-        assert running_zygote().pid == before
-        pool.pool.kill([2], "a test")
-        pool.restart()
+        with Lab(ranks=2, timeout=30).start() as other:
+            second = other.pool.zygote
+            assert other.pool.network[0] != was and second is not ours
+            assert other.run("t = torch.ones(1)\ndist.all_reduce(t)\nprint(t.item())").stdout == ["2.0\n"] * 2
+            pool.pool.kill([2], "a test")
+            pool.restart()
         namespaces = {network_namespace(i["pid"]) for i in pool.info}
-        assert len(namespaces) == 1 and running_zygote().pid == before
+        assert len(namespaces) == 1 and pool.pool.zygote is ours and pool.pool.network[0] == was
         assert pool.run("t = torch.ones(1)\ndist.all_reduce(t)\nprint(t.item())").stdout == ["4.0\n"] * 4
     finally:
-        t.private_network = not t.private_network
+        t.private_network = was == "private"
+    assert zygote() is ours and second.proc.poll() is not None  # the idle one is stopped at the next ask
