@@ -18,8 +18,10 @@ hosts). Spans are appended to columns (about 50 bytes each) and go to the notebo
 telemetry batches (wire.py); nothing is sent per span. Recording costs a few microseconds per span,
 plus what the hooks cost torch (see _ddp_patches); %ddp_timeline --off takes them all out (follow()).
 """
+import functools
 import inspect
 import logging
+import os
 import threading
 import time
 import warnings
@@ -687,15 +689,13 @@ def memory(namespace):
     gathered parameters count while they are gathered (they are then the module's parameters)."""
     import sys
 
-    import psutil
     import torch
     from torch.nn.parallel import DistributedDataParallel as DDP
 
     # (a DTensor exists only where its module was imported: not imported here, mid-training, for DDP alone)
     DTensor = getattr(sys.modules.get("torch.distributed.tensor"), "DTensor", ())
 
-    seen, found = set(), {"rss": psutil.Process().memory_info().rss, "params": 0, "grads": 0, "optimizer": 0,
-                          "buckets": 0}
+    seen, found = set(), {"rss": _rss(), "params": 0, "grads": 0, "optimizer": 0, "buckets": 0}
 
     def count(kind, tensor):
         if not isinstance(tensor, torch.Tensor):
@@ -708,7 +708,7 @@ def memory(namespace):
             seen.add(key)
             found[kind] += local.numel() * local.element_size()
 
-    values = list(namespace.values())
+    values = [value for value in namespace.values() if _holds_tensors(type(value))]  # (most are modules, functions)
     for value in values:
         if isinstance(value, DDP) and not value.gradient_as_bucket_view:
             # (with gradient_as_bucket_view the gradients are views into the buckets: counted once, as grads)
@@ -731,3 +731,22 @@ def memory(namespace):
                 for tensor in state.values():
                     count("optimizer", tensor)
     return found
+
+
+@functools.lru_cache(maxsize=512)
+def _holds_tensors(cls: type) -> bool:
+    """Whether memory() looks into an object of this class: a module or an optimizer."""
+    import torch
+
+    return issubclass(cls, (torch.nn.Module, torch.optim.Optimizer))
+
+
+def _rss() -> int:
+    """This process's resident memory (bytes), from /proc (psutil's way, without making a Process each time)."""
+    try:
+        with open("/proc/self/statm", "rb") as f:
+            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError, IndexError):  # (not Linux)
+        import psutil
+
+        return psutil.Process().memory_info().rss

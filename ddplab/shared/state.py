@@ -242,7 +242,8 @@ class RunState:
     @_locked
     def fail(self, rank: int, error: str, lost: bool = False) -> None:
         self.ranks[rank].error = error
-        self.states.set(rank, LOST if lost else FAILED)
+        if self.states[rank] != STOPPED:  # (the pool was stopped under a cell run from another thread: it stays so)
+            self.states.set(rank, LOST if lost else FAILED)
         self.touch()
 
     @_locked

@@ -30,6 +30,17 @@ def test_every_live_state_can_fail_be_lost_or_stop(live, ending):
     assert s.set(0, ending) is True and s[0] == ending
 
 
+def test_a_rank_that_fails_after_its_pool_stopped_stays_stopped():
+    """Lab.stop() from one thread while another's cell waits on the ranks: the cell's monitor then
+    finds them gone, which must not raise (stopped -> lost is no transition)."""
+    from ddplab.shared.state import RunState
+
+    rs = RunState(2)
+    rs.states.set_all(st.STOPPED)
+    rs.fail(1, "its engine is gone", lost=True)
+    assert list(rs.states) == [st.STOPPED] * 2 and rs.ranks[1].error == "its engine is gone"
+
+
 def test_setting_the_same_state_is_a_no_op():
     s = st.RankStates(3)
     assert s.set(1, st.STARTING) is False
