@@ -36,6 +36,11 @@ def flooded(output_file):
 class LocalPool(OwnedCluster, Pool):
     """Engines on this machine (see the module docstring). rendezvous: "file" or "tcp://HOST:PORT"."""
 
+    # its engines' deaths are seen by their pids, so the controller need not drop a silent one soon: a
+    # rank paused for seconds (py-spy --native, %ddp_stacks, reading its stack on a loaded machine) was
+    # dropped after 2 s and its group could not form again
+    silence_dropped_s = 60.0
+
     def __init__(self, launcher="local", threads=1, rendezvous="file"):
         super().__init__()
         self.launcher, self.threads, self.rendezvous_asked = launcher, threads, rendezvous

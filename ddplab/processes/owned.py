@@ -47,6 +47,7 @@ class OwnedCluster:
 
     cluster = _reaper = None
     launch_args = ()  # the command lines the engine launchers ran (mpiexec ..., sbatch ...)
+    silence_dropped_s = 2.0  # seconds of missed heartbeats after which the controller drops an engine
 
     def open_workdir(self):
         self.workdir = tempfile.mkdtemp(prefix="ddplab-")  # mode 0700
@@ -82,7 +83,8 @@ class OwnedCluster:
         where = dict(profile=self.profile, load_profile=True) if self.profile else dict(
             profile_dir=self.workdir, config=config, load_profile=False)
         beat = tunables().heartbeat_ms
-        args = [f"--HeartMonitor.period={beat}", f"--HeartMonitor.max_heartmonitor_misses={max(10, -(-2000 // beat))}",
+        misses = max(10, -(-int(self.silence_dropped_s * 1000) // beat))
+        args = [f"--HeartMonitor.period={beat}", f"--HeartMonitor.max_heartmonitor_misses={misses}",
                 *self.controller_args()]
         return ipp.Cluster(**where, cluster_id=f"ddplab-{os.getpid()}-{id(self)}" if self.profile else "ddplab",
                            log=ipp_log, shutdown_atexit=False, engines=self.engine_launcher(),

@@ -72,8 +72,9 @@ class DDPLab(SingletonConfigurable):
     watch_every = Float(1.0, help="Seconds between looks for dead engines while no cell runs.").tag(config=True)
     heartbeat_ms = Int(100, help="The controller's heartbeat (ms): a new engine counts as registered at its first "
                                  "pong (a local pool), or one to two beats after it (ipyparallel's default, 3000, "
-                                 "makes a start wait); an engine silent for 2 s of beats is dropped, as at "
-                                 "ipyparallel's 10 misses of 200 ms.").tag(config=True)
+                                 "makes a start wait). The controller drops an engine on other hosts silent for 2 s of beats "
+                                 "(as at ipyparallel's 10 misses of 200 ms); a local pool's after 60 s, as it sees "
+                                 "its engines end by their pids.").tag(config=True)
 
     # --- who else can reach the pool
     private_network = Bool(True, help="Run a local pool's controller and ranks in a network namespace of their own "

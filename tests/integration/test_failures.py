@@ -239,3 +239,19 @@ def test_a_rank_whose_telemetry_fails_is_not_taken_for_one_that_never_began(pool
         t.reply_grace = grace
         pool.run("ddplab.RANK.sender.flush = _flush", ranks=[1])
     assert result.stdout == ["4.0\n"] * 4
+
+
+def test_a_rank_paused_for_seconds_stays_in_the_pool(pool):
+    """py-spy --native (%ddp_stacks --native) stops a rank while it reads its stack, seconds on a loaded
+    machine; its heart does not beat meanwhile. The controller must not drop it: it did after 2 s, and the
+    group could not form again ("No such engine")."""
+    import signal
+
+    pid = pool.info[1]["pid"]
+    os.kill(pid, signal.SIGSTOP)
+    try:
+        time.sleep(3.0)
+    finally:
+        os.kill(pid, signal.SIGCONT)
+    assert pool.run("t = torch.ones(1)\ndist.all_reduce(t)\nprint(t.item())").stdout == ["4.0\n"] * 4
+    assert pool.info[1]["pid"] == pid
