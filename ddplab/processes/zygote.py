@@ -371,6 +371,13 @@ _zygote_lock = threading.Lock()
 _broken = None  # why a zygote could not complete its private network namespace: the next ones use the machine's
 
 
+def _private_asked() -> bool:
+    """Whether a zygote started now should give its forks a private network namespace."""
+    from ..shared.config import tunables
+
+    return tunables().private_network and _broken is None
+
+
 def zygote() -> "Zygote":
     """This process's zygote for DDPLab.private_network as it is now, started if it is not running (it
     then imports in the background). A pool keeps the zygote it started from (its replacement ranks
@@ -378,7 +385,7 @@ def zygote() -> "Zygote":
     the other is stopped once no pool forks from it."""
     from ..shared.config import tunables
 
-    private = tunables().private_network and _broken is None
+    private = _private_asked()
     with _zygote_lock:
         for asked, other in list(_zygotes.items()):
             if other.proc.poll() is not None or (asked != private and not other.pools):
@@ -405,9 +412,7 @@ def started_zygote() -> "Zygote":
 
 def running_zygote() -> "Zygote | None":
     """The zygote a pool started now would fork from, if it runs (never starts one)."""
-    from ..shared.config import tunables
-
-    z = _zygotes.get(tunables().private_network and _broken is None)
+    z = _zygotes.get(_private_asked())
     return z if z is not None and z.proc.poll() is None else None
 
 
