@@ -8,7 +8,8 @@ its waits DDPLab settings (%config DDPLab.escalate = 3, ...).
     interrupted, cut after SIGINT ──escalate s──> killing
     killing: one rank killed each escalate s: the last one whose stack says it is stuck (in a
              collective, on a line of the cell, or silent); a rank whose stack says it left the
-             cell's code is given leave_grace s before it is killed anyway.
+             cell's code, or that sent the cell's last batch (its result on the way), is
+             given leave_grace s before it is killed anyway.
 
 A wait counts from when its stage began, or from the last time a running rank stopped (progress:
 the others may follow) or the group was closed under ranks left waiting, or (cut, before SIGINT)

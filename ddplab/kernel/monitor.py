@@ -331,7 +331,11 @@ class Monitor:
 
     def _stuck(self, rank: int) -> bool:
         """Whether a rank that runs on after SIGINT may be stuck where SIGINT cannot reach: in a
-        collective or on a line of the cell (a C call), or no word from its stack at all."""
+        collective or on a line of the cell (a C call), or no word from its stack at all. A rank that
+        sent the cell's last batch has finished it: its result is on the way (on a loaded machine,
+        seconds behind), and reply_grace bounds the wait for it."""
+        if rank in self.finals:
+            return False
         where = self.live.run_state.ranks[rank].where
         return not where or bool(where.get("op") or where.get("line"))
 

@@ -228,6 +228,28 @@ def test_after_sigint_links_are_cut_first_and_ranks_leaving_the_cell_are_given_t
     assert calls["kill"] == [[2], [1]]  # ... unless they never reply
 
 
+def test_after_sigint_a_rank_that_sent_its_last_batch_is_not_killed_while_its_result_is_on_the_way():
+    """On a loaded machine a rank's result can come seconds after its last batch of the cell (which
+    clears what the notebook knew of its stack): it finished the cell, it is not stuck."""
+    monitor, replies, calls, _ = fake_monitor(cut=True)
+    telemetry = monitor.telemetry = FakeTelemetry(heard={0, 1, 2}, clock=monitor.clock)
+    rs = monitor.live.run_state
+    for r in range(3):
+        rs.set_where(r, {"op": "send", "line": 2, "since": 3})
+    monitor.interrupt()
+    monitor.clock.advance(tunables().escalate + HAIR)
+    monitor.check()
+    assert calls["cut"] == [[0, 1, 2]]
+    telemetry.waiting = [batch(r, begin=True, final=True) for r in range(3)]  # every rank finished the cell
+    monitor.poll()
+    assert all(rs.ranks[r].where is None for r in range(3))  # (a final batch: where it was is forgotten)
+    monitor.clock.advance(tunables().escalate + HAIR)
+    monitor.check()
+    assert calls["kill"] == []  # none killed: their results are on the way
+    replies.replies[0] = replies.replies[1] = replies.replies[2] = Remote("RuntimeError", "Connection closed by peer")
+    assert monitor.check() and monitor.killed == set()
+
+
 def test_the_monitor_redraws_at_most_once_a_frame_and_only_when_something_changed():
     monitor, replies, calls, _ = fake_monitor()
     monitor.poll()
