@@ -24,6 +24,7 @@ lessons numbered NN; the index's and the README's lessons tables are made from t
 `--check` fails if a notebook or the README's table is out of date with the sources (the tests run
 it). Notebooks are committed without outputs.
 """
+import itertools
 import json
 import pathlib
 import re
@@ -37,8 +38,19 @@ LINKS = {"en": "\n\n*[中文版 · Chinese edition](zh/{name}.ipynb)*",
          "zh": "\n\n*[English edition · 英文版](../{name}.ipynb)*"}
 
 
+CELL_IDS = itertools.count()
+
+
 class SourceError(ValueError):
     pass
+
+
+def new_cell(kind, source):
+    """A cell as nbformat.v4.new_{kind}_cell makes it, without validating each alone (most of this tool's
+    time): nbformat.writes validates the whole notebook."""
+    extra = {"execution_count": None, "outputs": []} if kind == "code" else {}
+    return nbformat.NotebookNode(id=f"cell-{next(CELL_IDS)}", cell_type=kind, metadata=nbformat.NotebookNode(),
+                                 source=source, **extra)  # (ids made stable in notebook_of)
 
 
 def cells_of(text, lang="en"):
@@ -52,10 +64,10 @@ def cells_of(text, lang="en"):
         body = "\n".join(lines).strip("\n")
         if kind == "markdown":
             body = "\n".join(re.sub(r"^# ?", "", line) for line in body.splitlines())
-            cell = nbformat.v4.new_markdown_cell(body)
+            cell = new_cell("markdown", body)
             cell.metadata["lang"] = "zh" if zh else "en"
         else:
-            cell = nbformat.v4.new_code_cell(body)
+            cell = new_cell("code", body)
         if tags:
             cell.metadata["tags"] = tags
         cells.append(cell)
@@ -86,7 +98,7 @@ def edition(cells, lang):
         if lang == "zh":
             if twin is None:
                 raise SourceError(f"a markdown cell has no Chinese twin: {cell.source[:60]!r}")
-            twin = nbformat.v4.new_markdown_cell(twin.source)
+            twin = new_cell("markdown", twin.source)
             out.append(twin)
         else:
             out.append(cell)

@@ -277,3 +277,11 @@ def test_in_a_local_pool_the_gate_refuses_another_hosts_connection_to_tensorflow
     finally:
         subprocess.run([*ip, "netns", "del", ns], capture_output=True)
         subprocess.run([*ip, "link", "del", f"{ns}a"], capture_output=True)
+
+
+def test_the_names_ddplab_uses_in_tensorflow_and_jax_are_there_as_installed():
+    """tests/unit/test_upstream.py checks every other package's names (without importing TensorFlow)."""
+    from tests.unit.test_upstream import moved_names
+
+    moved = moved_names(frameworks=True)
+    assert not moved, "names ddplab relies on moved:\n" + moved
