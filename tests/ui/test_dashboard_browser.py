@@ -384,8 +384,13 @@ def test_a_breakpoint_asks_for_commands_in_the_input_box(front_end, browser):
         box.press("Enter")
 
     answer("p x")  # (a busy machine: the ranks answer within stepping.REPLY_WAIT)
-    page.wait_for_function("() => /rank 0[^\\n]*│ rank 1/.test(document.body.innerText) && "
-                           "/\\n7\\s+│ 14\\n/.test(document.body.innerText)", timeout=90_000)
+    try:
+        page.wait_for_function("() => /rank 0[^\\n]*│ rank 1/.test(document.body.innerText) && "
+                               "/\\n7\\s+│ 14\\n/.test(document.body.innerText)", timeout=90_000)
+    except Exception:  # noqa: BLE001 - Playwright's TimeoutError: what the page showed, to read after the run
+        page.screenshot(path=str(ARTIFACTS / f"breakpoint-timeout{FRONT_ENDS[name]['suffix']}.png"), full_page=True)
+        pytest.fail(f"{name}: no side-by-side reply to 'p x' in 90 s; the page's text ends with:\n"
+                    + page.inner_text("body")[-1500:])
     assert "rank 1: stopped at a breakpoint, cell line 3" in page.inner_text("body")
     page.screenshot(path=str(ARTIFACTS / f"breakpoint{FRONT_ENDS[name]['suffix']}.png"), full_page=True)
     answer("c")
