@@ -21,6 +21,7 @@ Reply = dict[str, Any]  # a "paused" or "resumed" event of a rank's debugger (te
 TARGET = re.compile(r"^\s*\[([\d,\s]*|all)\]\s*(.*)$")
 REPLY_WAIT = 30.0  # seconds a command may take before the rank is shown as still carrying it out
 MOVED_WAIT = 1.0  # seconds to wait for a rank that ran on (next, step) to stop again, before showing it running
+GATHER_WAIT = 2.0  # seconds the prompt waits for running ranks to reach the breakpoint the first one stopped at
 LEAVE = {"c", "cont", "continue", "q", "quit", "exit"}
 
 
@@ -183,10 +184,26 @@ class Stepper:
             blocks[f"rank {r}"] = text
         return side_by_side(blocks)
 
+    def running(self) -> list[int]:
+        """Ranks of the cell that run on: not stopped, not waiting in a collective, not done."""
+        rs = self.lab.run_state
+        return [r for r in rs.running if rs.ranks[r].stopped is None and not self._done(r)
+                and not (rs.ranks[r].where or {}).get("op")]
+
+    def gather(self, monitor: Polls, wait: float = GATHER_WAIT) -> None:
+        """Before asking: let ranks still running reach their breakpoint (the same cell, started together,
+        on a loaded machine seconds apart), so that one command reaches all of them; at most `wait` s,
+        as a rank may never stop (`if rank == 1: breakpoint()`)."""
+        deadline = time.monotonic() + wait
+        while self.running() and time.monotonic() < deadline:
+            time.sleep(0.02)
+            monitor.poll()
+
     def prompt(self, monitor: Polls) -> None:
         """One command from the user (a foreground cell, while ranks are stopped): the ranks' places, the
         question, the replies. Without an input box (a notebook run headless), the ranks continue."""
         lang, ask, show = self.lab.config.lang, self.ask, self.say
+        self.gather(monitor)
         show(self.status())
         try:
             line = ask(say(lang, "(ddp pdb) [ranks] command: ") + " ")
