@@ -74,7 +74,8 @@ class DDPLab(SingletonConfigurable):
                                  "pong (a local pool), or one to two beats after it (ipyparallel's default, 3000, "
                                  "makes a start wait). The controller drops an engine on other hosts silent for 2 s of beats "
                                  "(as at ipyparallel's 10 misses of 200 ms); a local pool's after 60 s, as it sees "
-                                 "its engines end by their pids.").tag(config=True)
+                                 "its engines end by their pids. A local pool's controller beats this often only "
+                                 "while an engine registers, and 10 times slower once they are in.").tag(config=True)
 
     # --- who else can reach the pool
     private_network = Bool(True, help="Run a local pool's controller and ranks in a network namespace of their own "

@@ -56,6 +56,7 @@ CLIENT = "dropping malformed messages before they stop the notebook's ipyparalle
 REPLIES = "watching each rank's reply and output on its own (every cell needs it)"
 ENDED = "ipyparallel's own record that a forked controller or engine ended"
 HEARTS = "a new engine counted at its first heartbeat (a faster start of a local pool)"
+BEATS = "a local pool's controller pinging its engines every second once they are in (not 10 times a second)"
 IPC = "the local pool's controller on socket files (ipc://; a local pool cannot start without it)"
 EXIT_CODE = "the exit code of a local-spawn engine that died"
 TRACEBACK = "ddplab's errors in a few lines instead of a long traceback"
@@ -111,6 +112,11 @@ NAMES: dict[str, Name] = {n.path: n for n in (
     Name("ipyparallel", "ipyparallel.controller.heartmonitor:HeartMonitor.handle_new_hearts", HEARTS),
     Name("ipyparallel", "ipyparallel.controller.heartmonitor:HeartMonitor.hearts", HEARTS),
     Name("ipyparallel", "ipyparallel.controller.heartmonitor:HeartMonitor.responses", HEARTS),
+    Name("ipyparallel", "ipyparallel.controller.heartmonitor:HeartMonitor.start", BEATS),
+    Name("ipyparallel", "ipyparallel.controller.heartmonitor:HeartMonitor.beat", BEATS),
+    Name("ipyparallel", "ipyparallel.controller.heartmonitor:HeartMonitor.pong_stream", BEATS),
+    Name("ipyparallel", "ipyparallel.controller.heartmonitor:HeartMonitor.period", BEATS),
+    Name("ipyparallel", "ipyparallel.controller.heartmonitor:HeartMonitor.on_probation", BEATS),
     Name("ipyparallel", "ipyparallel.controller.app:IPController.construct_url", IPC),
     Name("ipyparallel", "ipyparallel.controller.app:IPController.engine_info", IPC),
     Name("ipyparallel", "ipyparallel.controller.app:IPController.client_info", IPC),

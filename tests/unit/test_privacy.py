@@ -7,6 +7,7 @@ import io
 import logging
 import os
 import socket
+import time
 from types import SimpleNamespace
 
 import pytest
@@ -100,6 +101,53 @@ def test_the_kernel_names_the_owner_of_the_other_end_of_every_connection():
         assert fast == slow == [(inode, privacy.ESTABLISHED, client.getsockname(), server.getsockname(), os.getuid())]
     finally:
         for s in (client, accepted, server):
+            s.close()
+
+
+def test_one_connection_is_looked_up_alone_in_either_family_and_its_closing_seen():
+    """tcp_socket: the exact lookup a rank makes each second for its known gloo links (a dump of the table
+    costs milliseconds however few sockets there are), IPv4 and dual-stack alike."""
+    for family, host in ((socket.AF_INET, "127.0.0.1"), (socket.AF_INET6, "::")):
+        server = socket.create_server((host, 0), family=family, dualstack_ipv6=family == socket.AF_INET6)
+        client = socket.create_connection(("127.0.0.1", server.getsockname()[1]))
+        accepted, _ = server.accept()
+        try:
+            local, peer = ("127.0.0.1", accepted.getsockname()[1]), client.getsockname()  # (as sock_diag names them)
+            assert privacy.tcp_socket(local, peer) == (privacy.ESTABLISHED, os.getuid())
+            assert privacy.tcp_socket(peer, local) == (privacy.ESTABLISHED, os.getuid())
+            assert privacy.tcp_socket(local, ("127.0.0.1", 1)) is None  # no such connection
+            client.close()  # the peer went: our end is no longer established (CLOSE_WAIT until closed)
+            deadline = time.monotonic() + 5
+            while privacy.tcp_socket(local, peer)[0] == privacy.ESTABLISHED and time.monotonic() < deadline:
+                time.sleep(0.01)
+            assert privacy.tcp_socket(local, peer) == (8, os.getuid())  # TCP_CLOSE_WAIT
+        finally:
+            for s in (client, accepted, server):
+                s.close()
+
+
+def test_a_rank_reads_the_socket_table_only_when_it_has_new_sockets_and_cuts_when_a_link_closes(monkeypatch):
+    from ddplab.rank import Rank
+    from ddplab.shared import privacy as shared_privacy
+
+    server = socket.create_server(("127.0.0.1", 0))
+    client = socket.create_connection(server.getsockname())
+    accepted, _ = server.accept()
+    rank, cuts, reads = Rank(), [], []
+    rank.in_cell, rank.formed, rank.group_ports = True, True, {server.getsockname()[1]}
+    monkeypatch.setattr(rank, "cut", lambda ports=(): cuts.append(set(ports)))
+    real = shared_privacy.connections
+    monkeypatch.setattr(shared_privacy, "connections", lambda: reads.append(1) or real())
+    try:
+        rank.free_from_closed_peer()
+        assert len(reads) == 1 and len(rank._links) == 2 and not cuts  # both ends of the link, read once
+        rank.free_from_closed_peer()
+        assert len(reads) == 1 and not cuts  # the same sockets: each link looked up alone
+        client.close()
+        rank.free_from_closed_peer()
+        assert len(reads) == 1 and cuts == [{server.getsockname()[1]}]  # a link closed: the rank cut its links
+    finally:
+        for s in (accepted, server):
             s.close()
 
 
