@@ -20,6 +20,8 @@ OUTPUT_TAIL = 200  # lines of each rank's output kept in its tab
 MAX_LINES = 16  # ranks drawn in the plots; above that, this many spread evenly (0 and the last included)
 MAX_TABS = 16  # above that, one output pane and a rank selector instead of a tab per rank
 TIMELINE_TAIL = 64  # spans per rank the live swimlanes are drawn from: the last steps (a frame's work stays small)
+TIMELINE_EVERY = 1.0  # seconds between redraws of the live swimlanes while a cell runs (~5 ms each: at every
+# frame, 2% of a core taken from the ranks; the cell's last frame always draws them)
 
 
 def plotted_ranks(world_size):
@@ -50,6 +52,7 @@ class Dashboard(View):
         self.rate_title = W.HTML()
         self.timeline = W.HTML()  # the last steps' swimlanes and breakdown (swimlane.py)
         self._timeline_drawn = None
+        self._timeline_at = float("-inf")  # when the swimlanes were last drawn (monotonic)
         self.timeline.add_class("ddplab-timeline-view")
         self.plotted = plotted_ranks(world_size)
         self.plotted_once = False  # a cell has drawn points: its picture stays until the next one's
@@ -98,17 +101,17 @@ class Dashboard(View):
             self.rate_plot.reset()
             self.in_cell = False
 
-    def update(self, live):
+    def update(self, live, final=False):
         with self._lock:
-            self._draw(live)
+            self._draw(live, final)
             self._drawn_at = time.monotonic()
 
     def _deferred_frame(self, live):
         with self._lock:
             self._pending = None
-            self.update(live)
+            self.update(live, final=True)  # (a quick cell's last frame)
 
-    def _draw(self, live):
+    def _draw(self, live, final=False):
         now = time.monotonic()
         rs, metrics = live.run_state, live.metrics
         self._last_state = rs
@@ -121,7 +124,7 @@ class Dashboard(View):
         self._set(self.diagram, svg)
         self._set(self.table, html.rank_table(rs, now, self.lang))
         self._plots(rs, metrics)
-        self._timeline(live)
+        self._timeline(live, now, final)
         shown = range(self.world_size) if self.tabs is not None else [self.pick.value]
         for pane, r in zip(self.panes, shown):
             text = "\n".join(rs.ranks[r].output.splitlines()[-OUTPUT_TAIL:])
@@ -138,7 +141,7 @@ class Dashboard(View):
         the cell itself returns at once (widget updates may come from any thread)."""
         if self.background:  # the notebook has moved on: the last frame only, in place
             with self._lock:
-                self._draw(live)
+                self._draw(live, final=True)
             return
         if not self.in_cell:
             # a moment later: a thread drawing right away would take the GIL from the cell's end.
@@ -154,7 +157,7 @@ class Dashboard(View):
         from IPython.display import HTML, clear_output, display
 
         with self._lock:
-            self._draw(live)
+            self._draw(live, final=True)
             clear_output()  # a %%ddp cell prints nothing before its dashboard
             display(HTML(self.snapshot_html()))
             self.in_cell = False
@@ -185,15 +188,18 @@ class Dashboard(View):
             if svg is not None:
                 view.value = svg
 
-    def _timeline(self, live):
+    def _timeline(self, live, now, final=False):
         """The swimlanes of the last steps and their breakdown, from the tail of the cell's spans (drawn
-        once a cell has spans; the last cell's stays until then)."""
+        once a cell has spans, at most every TIMELINE_EVERY s but at the cell's end; the last cell's
+        stays until then)."""
         from ..shared.swimlane import live as live_view
 
         spans = getattr(live, "spans", None)
         if spans is None or not len(spans.rows) or (spans, len(spans.rows)) == self._timeline_drawn:
             return
-        self._timeline_drawn = (spans, len(spans.rows))  # (drawn again only when spans came)
+        if not final and now - self._timeline_at < TIMELINE_EVERY:
+            return
+        self._timeline_drawn, self._timeline_at = (spans, len(spans.rows)), now  # (drawn again only when spans came)
         self._set(self.timeline, live_view(spans.timeline(self.lang, tail=TIMELINE_TAIL)))
 
     @staticmethod

@@ -209,3 +209,35 @@ def test_outside_a_notebook_a_pool_is_shown_as_text_in_its_language():
 
     view = for_here(PoolConfig.make(2, lang="zh"))
     assert isinstance(view, TextView) and view.lang == "zh"
+
+
+def test_the_live_swimlanes_are_drawn_once_a_second_and_at_the_cells_end(monkeypatch):
+    """A frame of swimlanes costs ~5 ms: at every frame (4 a second) that was 2% of a core taken from
+    the ranks. New spans within TIMELINE_EVERY wait for the next second, or for the cell's last frame."""
+    from types import SimpleNamespace
+
+    from ddplab.dashboard import widget
+    from ddplab.shared import swimlane
+
+    drawn = []
+    monkeypatch.setattr(swimlane, "live", lambda timeline: drawn.append(timeline) or f"<p>{timeline}</p>")
+    clock = [100.0]
+    monkeypatch.setattr(widget.time, "monotonic", lambda: clock[0])
+    spans = SimpleNamespace(rows=[1] * 5, timeline=lambda lang, tail: len(spans.rows))
+    lab = SimpleNamespace(run_state=st.RunState(2), metrics=LiveMetrics(2), spans=spans)
+    lab.run_state.set_all(st.INIT)
+    lab.run_state.set_all(st.READY)
+    lab.run_state.begin_cell([0, 1], 0.0)
+    board = widget.Dashboard(2)
+    board.update(lab)
+    assert drawn == [5] and board.timeline.value == "<p>5</p>"
+    spans.rows += [1]
+    clock[0] += 0.3
+    board.update(lab)  # a frame later: the swimlanes wait
+    assert drawn == [5]
+    clock[0] += 0.8
+    board.update(lab)  # a second after the last drawing
+    assert drawn == [5, 6]
+    spans.rows += [1]
+    board.update(lab, final=True)  # the cell's last frame draws what came
+    assert drawn == [5, 6, 7] and board.timeline.value == "<p>7</p>"
