@@ -195,7 +195,9 @@ def recovery_notes(plan: Recovery, world_size: int, escalate: float, seconds: fl
         lost = plan.lost
         kept = [r for r in range(world_size) if r not in lost]
         return [say(lang, "{lost} lost: run %ddp_restart (Lab.restart()) to bring back a full group ({lost} {start} "
-                          "fresh; {kept} keep their variables)" if kept else
+                          "fresh; {kept} keep their variables)" if len(kept) > 1 else
+                    "{lost} lost: run %ddp_restart (Lab.restart()) to bring back a full group ({lost} {start} "
+                    "fresh; {kept} keeps its variables)" if kept else
                           "{lost} lost: run %ddp_restart (Lab.restart()) to bring back a full group ({lost} {start} "
                           "fresh)", lost=ranks_text(lost, lang), kept=ranks_text(kept, lang),
                     start="starts" if len(lost) == 1 else "start")]

@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any, Literal, overload
 from ..dashboard.choice import for_here
 from ..dashboard.view import View
 from ..processes.pools import make_pool
+from ..processes.zygote import held as zygote_held
 from ..shared import state as st
 from ..shared.config import PoolConfig, cores, default_ranks, max_local_ranks, tunables
 from ..shared.errors import (
@@ -77,7 +78,9 @@ class Lab:
     The settings (see PoolConfig): timeout (below), threads_per_rank (default: cores // ranks, at
     least 1), rendezvous ("file" or "tcp://HOST:PORT"), launcher ("local", "local-spawn", or an
     ipyparallel engine launcher such as "mpi"), start_timeout, connect / profile / cluster_id
-    (engines started elsewhere), ifname, encrypt. Or pass a ready PoolConfig as config=.
+    (engines started elsewhere), ifname, encrypt, force (a local pool: start even where this
+    session's memory will not hold the ranks; otherwise BadRequest says what fits and nothing
+    starts). Or pass a ready PoolConfig as config=.
 
     timeout: seconds a collective (all_reduce, barrier, ...) may wait for the other ranks (default
     30, DDPLab.timeout). The notebook enforces it, not gloo: while a cell runs it watches where each
@@ -93,10 +96,12 @@ class Lab:
     def __init__(self, ranks: int | None = None, timeout: float | None = None, threads_per_rank: int | None = None, *,
                  rendezvous: str = "file", launcher: str | None = None, start_timeout: float | None = None,
                  connect: str | None = None, profile: str | None = None, cluster_id: str | None = None,
-                 ifname: str | None = None, encrypt: bool = False, config: PoolConfig | None = None) -> None:
+                 ifname: str | None = None, encrypt: bool = False, force: bool = False,
+                 config: PoolConfig | None = None) -> None:
         self.config = config or PoolConfig.make(ranks, timeout, threads_per_rank, rendezvous=rendezvous,
                                                 launcher=launcher, start_timeout=start_timeout, connect=connect,
-                                                profile=profile, cluster_id=cluster_id, ifname=ifname, encrypt=encrypt)
+                                                profile=profile, cluster_id=cluster_id, ifname=ifname, encrypt=encrypt,
+                                                force=force, held=zygote_held())
         self.live = Live.new(self.config.ranks or 0)  # an attached pool: its size once attached
         self.view: View = View()  # what shows the pool live: a Dashboard, a TextView, ... (dashboard/view.py)
         self.pool: Pool | None = None
@@ -243,6 +248,19 @@ class Lab:
     def pids(self) -> list[int]:
         """Process ids of every process of the pool (for checks that nothing is left)."""
         return self.pool.pids() if self.pool is not None else []
+
+    def pool_memory(self) -> int:
+        """Bytes the pool's processes hold on this machine (their PSS: shared pages counted once), what
+        %ddp_stop would free."""
+        import psutil
+
+        held = 0
+        for pid in self.pids():
+            try:
+                held += psutil.Process(pid).memory_full_info().pss
+            except (psutil.Error, AttributeError):  # (gone; or no PSS on this system)
+                continue
+        return held
 
     def stop(self, shutdown: bool = False) -> Literal["stopped", "left", "shut down"] | None:
         """End the pool. A pool this notebook started: engines, controller, every helper process

@@ -15,6 +15,7 @@ from IPython.core.magic import Magics, cell_magic, line_magic, magics_class
 from IPython.core.magic_arguments import argument, magic_arguments, parse_argstring
 
 from ..dashboard.text import Progress, show_result
+from ..processes.zygote import held as zygote_held
 from ..shared.config import PoolConfig
 from ..shared.errors import CellTimeout, DDPLabError, Interrupted, RankFailed, UsageProblem
 from .lab import Lab
@@ -140,6 +141,9 @@ class DDPMagics(Magics):
     @argument("--encrypt", action="store_true",
               help="with --engines: encrypt ipyparallel's traffic across hosts (CurveZMQ); ddplab's telemetry "
                    "and rendezvous always are")
+    @argument("--force", action="store_true",
+              help="start the ranks even where this session's memory will not hold them (ddplab says what fits "
+                   "otherwise, and starts nothing)")
     @line_magic
     def ddp_start(self, line: str) -> None:
         """Start N ipyparallel engines that form one gloo process group, or attach to engines that
@@ -165,7 +169,7 @@ class DDPMagics(Magics):
         config = _usage(PoolConfig.make, args.ranks, args.timeout, args.threads, lang=args.lang,
                         dashboard=False if args.no_dashboard else None, launcher=args.engines,
                         connect=args.connect, profile=args.profile, cluster_id=args.cluster_id, ifname=args.ifname,
-                        encrypt=args.encrypt)
+                        encrypt=args.encrypt, force=args.force, held=zygote_held())
         lab = Lab(config=config)
         if config.ranks:  # the dashboard shows the ranks go through starting -> init -> ready
             lab.use_view()

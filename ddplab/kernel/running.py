@@ -12,7 +12,8 @@ import time
 from collections.abc import Iterable
 from typing import Any
 
-from ..shared.config import tunables
+from ..processes.zygote import held as zygote_held
+from ..shared.config import ranks_that_fit, tunables
 from ..shared.errors import (
     BadRequest,
     CellTimeout,
@@ -22,6 +23,7 @@ from ..shared.errors import (
     ExpectedFailureMissing,
     RankFailed,
 )
+from ..shared.system import memory_available
 from ..shared.timeline import CellSpans
 from ..shared.words import ranks_text, say
 from . import cell
@@ -173,7 +175,24 @@ class Runner:
             log.warning("the group could not be formed again", exc_info=True)
             return [f"the group could not be formed again ({type(exc).__name__}: {exc}): %ddp_restart "
                     "(Lab.restart()) brings back a full group"]
-        return cell.recovery_notes(plan, lab.world_size, tunables().escalate, seconds, stale, lab.config.lang)
+        notes = cell.recovery_notes(plan, lab.world_size, tunables().escalate, seconds, stale, lab.config.lang)
+        return notes + self.memory_notes(plan.lost)
+
+    def memory_notes(self, lost: list[int]) -> list[str]:
+        """Where the OOM killer ended ranks: that the same may happen after %ddp_restart, and what fits."""
+        lab = self.lab
+        killed = sorted(set(lost) & getattr(lab.pool, "memory_killed", set()))
+        if not killed:
+            return []
+        # what fits once %ddp_stop freed the pool, but fewer ranks than ran out of memory
+        fits = min(ranks_that_fit(memory_available() + lab.pool_memory(), zygote_held()), lab.world_size - len(killed))
+        if fits:
+            return [lab.config.say("the kernel's OOM killer ended {lost}: %ddp_restart may run out of memory again; "
+                                   "%ddp_stop, then %ddp_start {fits}, fits this session",
+                                   lost=ranks_text(killed, lab.config.lang), fits=fits)]
+        return [lab.config.say("the kernel's OOM killer ended {lost}: %ddp_restart may run out of memory again; close "
+                               "other notebooks (their kernels hold memory) first",
+                               lost=ranks_text(killed, lab.config.lang))]
 
     def hints(self, destroyed: bool) -> list[str]:
         """The mistakes the cell made, said once (in the pool's language); a group the cell

@@ -11,9 +11,9 @@ from typing import TYPE_CHECKING
 
 from ..shared import upstream
 from ..shared.config import tunables
-from ..shared.errors import FLOODED
+from ..shared.errors import FLOODED, english
 from ..shared.privacy import compile_cache
-from ..shared.system import exit_reason, is_gone, kill, loopback_interface
+from ..shared.system import exit_reason, is_gone, kill, loopback_interface, memory_limit, memory_peak, oom_kills
 from .owned import OwnedCluster
 from .pool import Pool, log
 
@@ -41,18 +41,23 @@ class LocalPool(OwnedCluster, Pool):
     # dropped after 2 s and its group could not form again
     silence_dropped_s = 60.0
 
-    def __init__(self, launcher="local", threads=1, rendezvous="file"):
+    def __init__(self, launcher="local", threads=1, rendezvous="file", say=english):
         super().__init__()
         self.launcher, self.threads, self.rendezvous_asked = launcher, threads, rendezvous
         self.profile = None
         self.forked = launcher == "local"  # engines forked from the zygote (the controller always is)
         self._procs = {}  # rank -> the launcher of its engine (signalled by pid)
         self.zygote: Zygote | None = None  # the fork server this pool's processes come from (start)
+        self.memory_killed: set[int] = set()  # lost ranks whose engine the kernel's OOM killer ended
+        self._ooms: int | None = None  # the session's OOM kills when the pool started (system.oom_kills)
+        self._ooms_named = 0  # of them, the engines named killed for memory
+        self._say = say  # a sentence in the pool's language (PoolConfig.say)
 
     # ------------------------------------------------------------------ start
     def start(self, n, deadline, say):
         from .zygote import started_zygote
 
+        self._ooms = oom_kills()
         self.open_workdir()
         self.compile_folder()
         self.zygote = started_zygote()  # usually started at %load_ext ddplab, and warm since (it forks the controller too)
@@ -149,9 +154,44 @@ class LocalPool(OwnedCluster, Pool):
         if launcher is None:
             return super()._gone_why(rank)
         if self._gone(launcher.process):  # its process tells, with its exit code
-            why = exit_reason(self._exit_code(launcher.process))
+            code = self._exit_code(launcher.process)
+            if code == -signal.SIGKILL and self._for_memory(rank):
+                return self.memory_why()
+            why = exit_reason(code)
             return f"{why}: {FLOODED}" if flooded(getattr(launcher, "output_file", None)) else why
         return None
+
+    def _for_memory(self, rank, wait=0.5):
+        """Whether the OOM killer ended this rank's engine (it died of SIGKILL): the session's count of OOM
+        kills grew since the pool started by more than the engines already named so. The kernel counts
+        the kill after sending the signal (and logging it): the count is looked at for up to `wait` s."""
+        if self._ooms is None:
+            return False
+        deadline = time.monotonic() + wait
+        while (now := oom_kills()) is not None and now - self._ooms <= self._ooms_named:
+            if time.monotonic() >= deadline:
+                return False
+            time.sleep(0.02)
+        if now is None:
+            return False
+        self._ooms_named += 1
+        self.memory_killed.add(rank)
+        return True
+
+    def found_again(self, rank):
+        self.memory_killed.discard(rank)  # (restarted: a later loss has its own reason)
+        super().found_again(rank)
+
+    def memory_why(self):
+        """Why an engine the OOM killer ended is gone, with the session's limit and its peak."""
+        limit, peak, say = memory_limit(), memory_peak(), self._say
+        if limit and peak:
+            return say("its engine was killed for memory (the kernel's OOM killer): this session may use "
+                       "{limit:.2f} GiB and held up to {peak:.2f} GiB", limit=limit / 2**30, peak=peak / 2**30)
+        if limit:
+            return say("its engine was killed for memory (the kernel's OOM killer): this session may use "
+                       "{limit:.2f} GiB", limit=limit / 2**30)
+        return say("its engine was killed for memory (the kernel's OOM killer: this machine ran out)")
 
     def _gone(self, proc):
         """Cheap (this runs on every poll): a signal-0 probe; the zygote reaps its engines at

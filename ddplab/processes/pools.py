@@ -10,5 +10,5 @@ def make_pool(config):
     if config.attached:
         return AttachedPool(config.connect, config.profile, config.cluster_id, config.ifname)
     if config.local:
-        return LocalPool(config.launcher, config.threads, config.rendezvous)
+        return LocalPool(config.launcher, config.threads, config.rendezvous, say=config.say)
     return LaunchedPool(config.launcher, config.profile, config.ifname, config.encrypt, config.threads)

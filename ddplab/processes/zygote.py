@@ -477,6 +477,22 @@ def running_zygote() -> "Zygote | None":
     return z if z is not None and z.proc.poll() is None else None
 
 
+def held() -> int:
+    """Bytes of a pool's memory need (config.POOL_MIB) the session holds already: the running zygote's
+    resident memory, up to what a loaded one holds (config.ZYGOTE_MIB); 0 without one."""
+    import psutil
+
+    from ..shared.config import ZYGOTE_MIB
+
+    z = running_zygote()
+    if z is None:
+        return 0
+    try:
+        return min(psutil.Process(z.proc.pid).memory_info().rss, ZYGOTE_MIB * 2**20)
+    except psutil.Error:
+        return 0
+
+
 @atexit.register
 def stop_zygote() -> None:
     with _zygote_lock:

@@ -159,7 +159,12 @@ def show_log(level: str | int) -> None:
         logger.addHandler(handler)
 
 
-ENGINE_MB = 350  # resident memory of one engine with torch imported (measured ~250 MB) plus headroom
+# What a local pool charges to the session's memory cgroup, measured on torch 2.13 (charge less inactive page
+# cache: the fork server 250 MiB once torch is in, the controller and the rest 110, each rank 67 after 60 DDP steps
+# of the workloads' MLP), with some room
+ZYGOTE_MIB = 250  # the fork server (zygote.py), started at %load_ext ddplab: the session may hold it already
+POOL_MIB = ZYGOTE_MIB + 130  # the pool besides its ranks: fork server, controller, reaper
+RANK_MIB = 80  # each rank
 MAX_DEFAULT_RANKS = 4
 
 
@@ -169,17 +174,58 @@ def cores() -> int:
     return tunables().cores if tunables().cores > 0 else usable_cores()
 
 
+def need_mib(ranks: int) -> int:
+    """About what a local pool of `ranks` ranks holds (MiB): its own processes and each rank's."""
+    return POOL_MIB + ranks * RANK_MIB
+
+
+def ranks_that_fit(available: int | None = None, held: int = 0) -> int:
+    """How many ranks a local pool can start in `available` bytes (this session's memory left, by
+    default: its cgroup's limit less what it holds, or the machine's available memory), `held` bytes of
+    the pool's being held already (a warm fork server)."""
+    if available is None:
+        from .system import memory_available
+
+        available = memory_available()
+    return max(0, int(((available + held) / 2**20 - POOL_MIB) // RANK_MIB))
+
+
 def default_ranks() -> int:
-    """Two ranks at least (one rank teaches nothing about communication), cores at most 4."""
-    return min(MAX_DEFAULT_RANKS, max(2, cores()))
+    """Two ranks at least (one rank teaches nothing about communication), cores at most 4, and no
+    more than this session's memory holds (but one)."""
+    return max(1, min(MAX_DEFAULT_RANKS, max(2, cores()), ranks_that_fit()))
 
 
 def max_local_ranks() -> int:
     """How many engines this machine can hold: 4 per core, and the memory they need."""
-    import psutil
+    return max(1, min(max(8, 4 * cores()), ranks_that_fit()))
 
-    by_memory = psutil.virtual_memory().available // (ENGINE_MB * 2**20)
-    return max(1, min(max(8, 4 * cores()), by_memory))
+
+def memory_check(ranks: int, lang: str = "en", held: int = 0) -> str | None:
+    """One line saying that `ranks` ranks will not fit this session's memory, and what fits; None if they do.
+    held: bytes of the pool's the session holds already (a warm fork server: zygote.held())."""
+    from .system import memory_available, memory_limit
+
+    available, limit = memory_available(), memory_limit()
+    if need_mib(ranks) * 2**20 <= available + held:
+        return None
+    fits = ranks_that_fit(available, held)
+    values = dict(ranks=ranks, need=need_mib(ranks) / 1024, free=available / 2**30, fits=fits,
+                  limit=(limit or 0) / 2**30)
+    if limit and fits:
+        return say(lang, "{ranks} ranks need about {need:.2f} GiB and this session has {free:.2f} GiB free of its "
+                         "{limit:.2f} GiB: %ddp_start {fits} fits, or %ddp_start {ranks} --force starts them anyway",
+                   **values)
+    if limit:
+        return say(lang, "{ranks} ranks need about {need:.2f} GiB and this session has {free:.2f} GiB free of its "
+                         "{limit:.2f} GiB: not one rank fits; close other notebooks (their kernels hold memory), or "
+                         "%ddp_start {ranks} --force starts them anyway", **values)
+    if fits:
+        return say(lang, "{ranks} ranks need about {need:.2f} GiB and this machine has {free:.2f} GiB free: "
+                         "%ddp_start {fits} fits, or %ddp_start {ranks} --force starts them anyway", **values)
+    return say(lang, "{ranks} ranks need about {need:.2f} GiB and this machine has {free:.2f} GiB free: not one rank "
+                     "fits; close other notebooks (their kernels hold memory), or %ddp_start {ranks} --force starts "
+                     "them anyway", **values)
 
 
 def _whole(value: object, what: str, low: int) -> int | None:
@@ -248,18 +294,25 @@ class PoolConfig:
              rendezvous: str = "file", launcher: str | None = None, lang: str | None = None,
              dashboard: bool | None = None, start_timeout: float | None = None, connect: str | None = None,
              profile: str | None = None, cluster_id: str | None = None, ifname: str | None = None,
-             encrypt: bool = False) -> PoolConfig:
-        """Check every setting once; None takes the DDPLab default. Raises BadRequest (one line)."""
-        from .system import free_gib
-
+             encrypt: bool = False, force: bool = False, held: int = 0) -> PoolConfig:
+        """Check every setting once; None takes the DDPLab default. Raises BadRequest (one line).
+        force: start a local pool even where its ranks will not fit this session's memory; held: bytes
+        of what the pool needs that the session holds already (a warm fork server: zygote.held())."""
         t = tunables()
         launcher = _launcher(launcher, connect, profile, cluster_id)
         ranks = _whole(ranks, "the number of ranks", 1)
+        lang = t.lang if lang is None else lang
+        if lang not in ("en", "zh"):
+            raise BadRequest(f"lang must be 'en' or 'zh', got {lang!r}")
         if launcher in LAUNCHERS:
             ranks = ranks or t.ranks or default_ranks()
-            if ranks > max_local_ranks():
-                raise BadRequest(f"{ranks} ranks is more than this machine can hold ({cores()} cores, "
-                                 f"{free_gib():.1f} GiB free; at most {max_local_ranks()}): ask for fewer ranks")
+            most = max(8, 4 * cores())
+            if ranks > most:
+                raise BadRequest(say(lang, "{ranks} ranks is more than this machine's {cores} cores can run (at most "
+                                           "{most}): ask for fewer ranks", ranks=ranks, cores=cores(), most=most))
+            short = None if force else memory_check(ranks, lang, held)
+            if short is not None:
+                raise BadRequest(short)
         elif launcher != ATTACHED:
             ranks = ranks or t.ranks or default_ranks()
         timeout = _seconds(t.timeout if timeout is None else timeout, "timeout")
@@ -269,9 +322,6 @@ class PoolConfig:
         if rendezvous != "file" and not (str(rendezvous).startswith("tcp://") and launcher in LAUNCHERS):
             raise BadRequest(f"rendezvous must be 'file' or (a local pool) 'tcp://HOST:PORT', got {rendezvous!r}; "
                              "pools across hosts use ddplab's signed store on rank 0")
-        lang = t.lang if lang is None else lang
-        if lang not in ("en", "zh"):
-            raise BadRequest(f"lang must be 'en' or 'zh', got {lang!r}")
         if ifname is not None and (not isinstance(ifname, str) or not ifname.strip() or "/" in ifname):
             raise BadRequest(f"--ifname names a network interface, such as eth0, got {ifname!r}")
         start_timeout = _seconds(t.start_timeout if start_timeout is None else start_timeout, "start_timeout")
@@ -308,4 +358,5 @@ def _launcher(launcher: object, connect: str | None, profile: str | None, cluste
     return launcher
 
 
-__all__ = ["DDPLab", "PoolConfig", "tunables", "cores", "default_ranks", "max_local_ranks"]
+__all__ = ["DDPLab", "PoolConfig", "tunables", "cores", "default_ranks", "max_local_ranks", "need_mib", "ranks_that_fit",
+           "memory_check"]

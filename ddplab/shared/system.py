@@ -39,10 +39,6 @@ def cgroup_cpu_quota(root: str = "/sys/fs/cgroup") -> int | None:
         return None
 
 
-def free_gib() -> float:
-    return psutil.virtual_memory().available / 2**30
-
-
 UNLIMITED = 2**60  # cgroup v1 writes "no limit" as a huge number (9223372036854771712)
 MEMORY_FILES: dict[int, tuple[str, str, str]] = {
     2: ("memory.max", "memory.current", "inactive_file"),  # limit, usage, reclaimable cache
@@ -119,6 +115,28 @@ def memory_available(root: str = "/sys/fs/cgroup", proc: str = "/proc/self/cgrou
     except (OSError, ValueError):
         pass
     return max(0, min(available, limit - used + reclaimable))
+
+
+OOM_FILES = {2: "memory.events", 1: "memory.oom_control"}  # each has an "oom_kill N" line (Linux >= 4.13)
+PEAK_FILES = {2: "memory.peak", 1: "memory.max_usage_in_bytes"}  # (v2's since Linux 5.19)
+
+
+def oom_kills(root: str = "/sys/fs/cgroup", proc: str = "/proc/self/cgroup", vmstat: str = "/proc/vmstat") -> int | None:
+    """Processes the kernel's OOM killer has ended so far where this session's memory is limited: in
+    the cgroup that limits it, or, with no limit, on the whole machine (vmstat). None if unknown."""
+    found = _limiting(root, proc)
+    path = os.path.join(found[2], OOM_FILES[found[1]]) if found else vmstat
+    try:
+        with open(path) as f:
+            return next((int(line.split()[1]) for line in f if line.startswith("oom_kill ")), None)
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def memory_peak(root: str = "/sys/fs/cgroup", proc: str = "/proc/self/cgroup") -> int | None:
+    """The most this session's limited cgroup has held at once (bytes, page cache included), or None."""
+    found = _limiting(root, proc)
+    return _read_int(os.path.join(found[2], PEAK_FILES[found[1]])) if found else None
 
 
 def loopback_interface() -> str:

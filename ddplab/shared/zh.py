@@ -89,6 +89,8 @@ ZH: dict[str, str] = {
         "{killed} 在 SIGINT 之后 {escalate:g} 秒内没有停下，已重启，用时 {seconds:.1f} 秒（{killed} 的变量已丢失）；进程组已重新组建",
     "{lost} lost: run %ddp_restart (Lab.restart()) to bring back a full group ({lost} {start} fresh; {kept} keep their variables)":
         "{lost} 已丢失：运行 %ddp_restart（Lab.restart()）可以恢复完整的进程组（{lost} 将从头开始；{kept} 保留各自的变量）",
+    "{lost} lost: run %ddp_restart (Lab.restart()) to bring back a full group ({lost} {start} fresh; {kept} keeps its variables)":
+        "{lost} 已丢失：运行 %ddp_restart（Lab.restart()）可以恢复完整的进程组（{lost} 将从头开始；{kept} 保留自己的变量）",
     "{lost} lost: run %ddp_restart (Lab.restart()) to bring back a full group ({lost} {start} fresh)":
         "{lost} 已丢失：运行 %ddp_restart（Lab.restart()）可以恢复完整的进程组（{lost} 将从头开始）",
     "TensorFlow aborted its collectives on {ranks} and cannot run them again in these processes: %ddp_restart --all gives fresh ranks; then call ddplab.tf_config() and make the strategy again":
@@ -408,4 +410,37 @@ ZH: dict[str, str] = {
         '这个前端没有输入框：停住的 rank 继续运行（用 %%ddp --bg 运行这个单元格，再用 %ddp_step 单步调试）',
     "no answer within {seconds:g} s":
         "{seconds:g} 秒内没有回答",
+    "{ranks} ranks need about {need:.2f} GiB and this session has {free:.2f} GiB free of its {limit:.2f} GiB: "
+    "%ddp_start {fits} fits, or %ddp_start {ranks} --force starts them anyway":
+        "{ranks} 个 rank 大约需要 {need:.2f} GiB，而这个会话的 {limit:.2f} GiB 中只剩 {free:.2f} GiB："
+        "%ddp_start {fits} 放得下；或者用 %ddp_start {ranks} --force 照样启动",
+    "{ranks} ranks need about {need:.2f} GiB and this session has {free:.2f} GiB free of its {limit:.2f} GiB: "
+    "not one rank fits; close other notebooks (their kernels hold memory), or %ddp_start {ranks} --force starts "
+    "them anyway":
+        "{ranks} 个 rank 大约需要 {need:.2f} GiB，而这个会话的 {limit:.2f} GiB 中只剩 {free:.2f} GiB："
+        "一个 rank 也放不下；请关掉其他笔记本（它们的内核占着内存），或者用 %ddp_start {ranks} --force 照样启动",
+    "{ranks} ranks need about {need:.2f} GiB and this machine has {free:.2f} GiB free: %ddp_start {fits} fits, "
+    "or %ddp_start {ranks} --force starts them anyway":
+        "{ranks} 个 rank 大约需要 {need:.2f} GiB，而这台机器只剩 {free:.2f} GiB 可用："
+        "%ddp_start {fits} 放得下；或者用 %ddp_start {ranks} --force 照样启动",
+    "{ranks} ranks need about {need:.2f} GiB and this machine has {free:.2f} GiB free: not one rank fits; close "
+    "other notebooks (their kernels hold memory), or %ddp_start {ranks} --force starts them anyway":
+        "{ranks} 个 rank 大约需要 {need:.2f} GiB，而这台机器只剩 {free:.2f} GiB 可用：一个 rank 也放不下；"
+        "请关掉其他笔记本（它们的内核占着内存），或者用 %ddp_start {ranks} --force 照样启动",
+    "{ranks} ranks is more than this machine's {cores} cores can run (at most {most}): ask for fewer ranks":
+        "{ranks} 个 rank 超出了这台机器 {cores} 个核能运行的数量（最多 {most} 个）：请少要一些 rank",
+    "its engine was killed for memory (the kernel's OOM killer): this session may use {limit:.2f} GiB and held up "
+    "to {peak:.2f} GiB":
+        "它的引擎因内存不足被终止（内核的 OOM killer）：这个会话最多可用 {limit:.2f} GiB，最多时占用了 {peak:.2f} GiB",
+    "its engine was killed for memory (the kernel's OOM killer): this session may use {limit:.2f} GiB":
+        "它的引擎因内存不足被终止（内核的 OOM killer）：这个会话最多可用 {limit:.2f} GiB",
+    "its engine was killed for memory (the kernel's OOM killer: this machine ran out)":
+        "它的引擎因内存不足被终止（内核的 OOM killer：这台机器的内存用完了）",
+    "the kernel's OOM killer ended {lost}: %ddp_restart may run out of memory again; %ddp_stop, then "
+    "%ddp_start {fits}, fits this session":
+        "内核的 OOM killer 终止了 {lost}：%ddp_restart 之后可能再次耗尽内存；先 %ddp_stop，再 %ddp_start {fits}，"
+        "这个会话放得下",
+    "the kernel's OOM killer ended {lost}: %ddp_restart may run out of memory again; close other notebooks "
+    "(their kernels hold memory) first":
+        "内核的 OOM killer 终止了 {lost}：%ddp_restart 之后可能再次耗尽内存；请先关掉其他笔记本（它们的内核占着内存）",
 }

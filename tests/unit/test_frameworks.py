@@ -123,3 +123,22 @@ def test_no_limit_is_none(tmp_path):
     root, proc = cgroup(tmp_path, 1, "/", {"memory/memory.limit_in_bytes": "9223372036854771712\n"})
     assert system.memory_limit(root, proc) is None
     assert system.memory_available(root, proc) == pytest.approx(system.psutil.virtual_memory().available, rel=0.05)
+
+
+def test_the_oom_kills_and_the_peak_of_the_cgroup_that_limits_the_session(tmp_path):
+    """What names an engine "killed for memory": the limiting cgroup's oom_kill count (v2's memory.events,
+    v1's memory.oom_control), the machine's where nothing limits the session."""
+    root, proc = cgroup(tmp_path, 2, "/user/session", {
+        "memory.max": "max\n", "user/memory.max": str(2**30), "user/session/memory.max": "max\n",
+        "user/memory.events": "low 0\nhigh 0\nmax 4\noom 2\noom_kill 2\noom_group_kill 0\n",
+        "user/memory.peak": str(2**30 - 5)})
+    assert system.oom_kills(root, proc) == 2 and system.memory_peak(root, proc) == 2**30 - 5
+    root, proc = cgroup(tmp_path / "v1", 1, "/box", {
+        "memory/memory.limit_in_bytes": "9223372036854771712\n", "memory/box/memory.limit_in_bytes": str(2**30),
+        "memory/box/memory.oom_control": "oom_kill_disable 0\nunder_oom 0\noom_kill 1\n",
+        "memory/box/memory.max_usage_in_bytes": "1000\n"})
+    assert system.oom_kills(root, proc) == 1 and system.memory_peak(root, proc) == 1000
+    vmstat = tmp_path / "vmstat"
+    vmstat.write_text("nr_free_pages 5\noom_kill 7\n")
+    root, proc = cgroup(tmp_path / "none", 1, "/", {"memory/memory.limit_in_bytes": "9223372036854771712\n"})
+    assert system.oom_kills(root, proc, str(vmstat)) == 7 and system.memory_peak(root, proc) is None

@@ -147,3 +147,32 @@ def test_rank_failed_reports_in_the_pool_language():
     lines = RankFailed({2: lost, 0: echo[0], 1: echo[1]}, say=partial(say, "zh")).report()
     assert lines == ["rank 2 在第 35 步丢失（engine 2, pid 9, h）：它的引擎被 %ddp_fault kill 终止了（SIGKILL）",
                      "rank 0、1 已停止：它们的集合通信被 rank 2 中断了"]
+
+
+def test_ranks_this_sessions_memory_will_not_hold_are_named_before_anything_starts(monkeypatch, ip, no_pool):
+    """A 1 GiB hub: 4 ranks do not fit; one line says so and what fits, nothing starts; --force starts them."""
+    from ddplab.shared import config, system
+
+    from ddplab.kernel import lab, magics
+
+    monkeypatch.setattr(system, "memory_available", lambda *a: config.need_mib(2) * 2**20 + 2**20)
+    monkeypatch.setattr(system, "memory_limit", lambda *a: 2**30)
+    for module in (lab, magics):  # (no fork server's memory held yet)
+        monkeypatch.setattr(module, "zygote_held", lambda: 0)
+    before = descendants()
+    with pytest.raises(BadRequest) as info:
+        Lab(4)
+    msg = str(info.value)
+    assert msg.startswith("4 ranks need about") and "free of its 1.00 GiB" in msg and "%ddp_start 2 fits" in msg
+    assert "%ddp_start 4 --force" in msg and "\n" not in msg
+    with pytest.raises(BadRequest, match="放得下"):
+        config.PoolConfig.make(4, lang="zh")
+    with pytest.raises(UsageError, match="%ddp_start 2 fits"):
+        ip.run_line_magic("ddp_start", "4")
+    assert no_pool.lab is None and descendants() == before
+    assert Lab(4, force=True).world_size == 4 and Lab(2).world_size == 2  # (made, not started)
+    assert default_ranks() == 2  # the default takes what fits
+    monkeypatch.setattr(system, "memory_available", lambda *a: config.POOL_MIB * 2**20)
+    with pytest.raises(BadRequest, match="not one rank fits; close other notebooks"):
+        Lab(1)
+    assert config.memory_check(1, held=config.ZYGOTE_MIB * 2**20) is None  # a warm fork server's memory counts

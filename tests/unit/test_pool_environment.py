@@ -73,3 +73,26 @@ def test_engines_on_other_hosts_keep_their_own_temporary_folder(tmp_path):
     pool = LaunchedPool("mpi")
     pool.workdir = str(tmp_path)  # a folder of this machine, which the hosts do not have
     assert "TMPDIR" not in pool.environment() and "TORCHINDUCTOR_CACHE_DIR" not in pool.environment()
+
+
+def test_an_engine_the_oom_killer_ended_is_named_killed_for_memory_once_per_kill(monkeypatch):
+    """SIGKILL alone does not say why: the session's OOM kill count, which grew since the pool started by
+    more than the engines already named, does (each kill names one engine)."""
+    from ddplab.processes import localpool
+    from ddplab.shared.words import say
+
+    kills = [3]
+    monkeypatch.setattr(localpool, "oom_kills", lambda: kills[0])
+    monkeypatch.setattr(localpool, "memory_limit", lambda: 2**30)
+    monkeypatch.setattr(localpool, "memory_peak", lambda: int(0.98 * 2**30))
+    pool = localpool.LocalPool()
+    pool._ooms = 3
+    assert not pool._for_memory(0, wait=0)  # killed, but not by the OOM killer (a kill -9)
+    kills[0] = 4
+    assert pool._for_memory(1) and not pool._for_memory(2, wait=0)  # one kill: one engine
+    kills[0] = 5
+    assert pool._for_memory(2) and pool.memory_killed == {1, 2}
+    assert pool.memory_why() == ("its engine was killed for memory (the kernel's OOM killer): this session may use "
+                                 "1.00 GiB and held up to 0.98 GiB")
+    pool._say = lambda text, **values: say("zh", text, **values)
+    assert "因内存不足被终止" in pool.memory_why() and "1.00 GiB" in pool.memory_why()
