@@ -151,9 +151,8 @@ def test_rank_failed_reports_in_the_pool_language():
 
 def test_ranks_this_sessions_memory_will_not_hold_are_named_before_anything_starts(monkeypatch, ip, no_pool):
     """A 1 GiB hub: 4 ranks do not fit; one line says so and what fits, nothing starts; --force starts them."""
-    from ddplab.shared import config, system
-
     from ddplab.kernel import lab, magics
+    from ddplab.shared import config, system
 
     monkeypatch.setattr(system, "memory_available", lambda *a: config.need_mib(2) * 2**20 + 2**20)
     monkeypatch.setattr(system, "memory_limit", lambda *a: 2**30)
