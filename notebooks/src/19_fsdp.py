@@ -664,6 +664,8 @@ opt = torch.optim.Adam(model.parameters(), lr=1e-3)
 watch = train(model, opt)
 
 # %%
+import statistics
+
 tl_async = %ddp_timeline
 async_run = %ddp_gather (watch.samples, watch.sent, watch.compute, watch.starts)
 
@@ -673,7 +675,9 @@ def forward_spans(tl, run, r, step):
     and the all-gathers, as (start, end, kind, text)."""
     frame = tl.to_pandas()
     forwards = frame[(frame["rank"] == r) & (frame.phase == "forward")].sort_values("start")
-    shift = forwards.start.iloc[step] - run[r][3][step]          # the timeline's clock minus the rank's
+    # the timeline's clock minus the rank's: the median over the steps, so that a rank preempted between the two
+    # readings of one step's start moves none of that step's spans
+    shift = statistics.median(t - w for t, w in zip(forwards.start, run[r][3]))
     compute = [(a + shift, b + shift, "forward", label(UNITS[k]) if k < LAYERS else label(""))
                for s, k, a, b in run[r][2] if s == step]
     gathers = [(s, e, op, label(u), w) for op, u, ph, s, e, b, w in collectives(tl)[r, step]
