@@ -13,6 +13,7 @@ from html import escape
 from ..shared import state as st
 from ..shared.config import tunables
 from . import html
+from .chart import LiveChart
 from .plots import LivePlot
 from .view import View
 
@@ -44,10 +45,14 @@ class Dashboard(View):
         self.header = W.HTML()
         self.diagram = W.HTML()
         self.table = W.HTML()
-        # x axes start at 100 steps and 10 s; samples/s leaves room for ranks still warming up
+        # x axes start at 100 steps and 10 s; samples/s leaves room for ranks still warming up. The live
+        # plots are drawn in the browser from the points each frame adds (chart.py); the static picture
+        # a finished cell keeps is drawn here, once, at the cell's last frame (plots.py)
         self.loss_plot, self.rate_plot = LivePlot(min_x=100), LivePlot(min_x=10, headroom=1.6)
-        self.loss_view = self._plot_widget(W, self.loss_plot, "ddplab-loss-plot")
-        self.rate_view = self._plot_widget(W, self.rate_plot, "ddplab-rate-plot")
+        self.loss_view = self._chart(W, self.loss_plot, "ddplab-loss-plot")
+        self.rate_view = self._chart(W, self.rate_plot, "ddplab-rate-plot")
+        self.pictures = {"loss": self.loss_plot.svg({}), "rate": self.rate_plot.svg({})}  # the plots as SVG
+        self._fresh = True  # a new cell: the charts start again at its first points
         self.loss_title = W.HTML()
         self.rate_title = W.HTML()
         self.timeline = W.HTML()  # the last steps' swimlanes and breakdown (swimlane.py)
@@ -99,7 +104,7 @@ class Dashboard(View):
         with self._lock:
             self.loss_plot.reset()
             self.rate_plot.reset()
-            self.in_cell = False
+            self._fresh, self.in_cell = True, False
 
     def update(self, live, final=False):
         with self._lock:
@@ -123,7 +128,7 @@ class Dashboard(View):
         svg, self.positions = html.diagram_svg(rs, self.lang, self.positions)
         self._set(self.diagram, svg)
         self._set(self.table, html.rank_table(rs, now, self.lang))
-        self._plots(rs, metrics)
+        self._plots(rs, metrics, final)
         self._timeline(live, now, final)
         shown = range(self.world_size) if self.tabs is not None else [self.pick.value]
         for pane, r in zip(self.panes, shown):
@@ -168,7 +173,7 @@ class Dashboard(View):
         if widget.value != value:
             widget.value = value
 
-    def _plots(self, rs, metrics):
+    def _plots(self, rs, metrics, final=False):
         lab = self.labels
         has_points = any(len(s) for s in metrics.loss) or any(len(s) for s in metrics.rate)
         if not has_points and self.plotted_once:
@@ -181,12 +186,17 @@ class Dashboard(View):
         loss = {r: (metrics.loss[r], html.rank_color(r), 1.4) for r in self.plotted}
         rates = {r: (metrics.rate[r], html.rank_color(r), 1.4) for r in self.plotted}
         rates["total"] = (metrics.total, "#222222", 2.0)
-        for plot, series, view in ((self.loss_plot, loss, self.loss_view), (self.rate_plot, rates, self.rate_view)):
-            if not has_points:
-                continue  # empty axes until the first points
-            svg = plot.render(series)
-            if svg is not None:
-                view.value = svg
+        if not has_points:
+            return  # empty axes until the first points
+        for name, plot, series, chart in (("loss", self.loss_plot, loss, self.loss_view),
+                                          ("rate", self.rate_plot, rates, self.rate_view)):
+            if self._fresh:
+                chart.reset()  # (here, not at the cell's start: a quick cell sends nothing)
+            chart.push(series, final)
+            if final:
+                plot.render(series)
+                self.pictures[name] = plot.svg(series)
+        self._fresh = False
 
     def _timeline(self, live, now, final=False):
         """The swimlanes of the last steps and their breakdown, from the tail of the cell's spans (drawn
@@ -203,19 +213,22 @@ class Dashboard(View):
         self._set(self.timeline, live_view(spans.timeline(self.lang, tail=TIMELINE_TAIL)))
 
     @staticmethod
-    def _plot_widget(W, plot, css_class):
-        """A plot is one SVG in an HTML widget, empty axes until the first points."""
-        view = W.HTML(plot.svg({}), layout=W.Layout(width=f"{plot.width}px", height=f"{plot.height}px"))
-        view.add_class(css_class)
-        return view
+    def _chart(W, plot, css_class):
+        """A live chart with the plot's size and axes, empty until the first points."""
+        chart = LiveChart(width=plot.width, height=plot.height, min_x=plot.min_x, headroom=plot.headroom,
+                          y_from_zero=plot.y_from_zero,
+                          layout=W.Layout(width=f"{plot.width}px", height=f"{plot.height}px"))
+        chart.add_class(css_class)
+        return chart
 
     def snapshot_html(self):
         """The dashboard as static HTML (SVG, table, plots): what a finished cell keeps."""
-        def plot(view, title):
-            return f'<div style="display:inline-block;vertical-align:top;margin-right:8px">{title.value}{view.value}</div>'
+        def plot(name, title):
+            box = '<div style="display:inline-block;vertical-align:top;margin-right:8px">'
+            return f'{box}{title.value}{self.pictures[name]}</div>'
 
         diagram, _ = html.diagram_svg(self._last_state, self.lang)  # without the sliding animation
         return (f'<div class="ddplab-dashboard ddplab-snapshot">{html.STYLE}<div>{self.header.value}</div>'
                 f'<div style="display:flex;flex-wrap:wrap;gap:12px;align-items:flex-start">{diagram}{self.table.value}</div>'
-                f'<div>{plot(self.loss_view, self.loss_title)}{plot(self.rate_view, self.rate_title)}</div>'
+                f'<div>{plot("loss", self.loss_title)}{plot("rate", self.rate_title)}</div>'
                 f'{self.timeline.value}</div>')

@@ -6,6 +6,7 @@ sends each rank's line and collective while a cell runs longer than a second). P
   on a peer they wait for), or waiting for ranks that finished the cell, or that do not run it.
 - HINTS: what learners do by mistake (in Chinese too: zh.py).
 """
+import functools
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -66,6 +67,7 @@ class Mismatch:
     ranks: list[int]  # every rank involved
 
 
+@functools.cache  # (a running cell's monitor asks several times a poll; never changed by its callers)
 def _t(lang: str) -> dict[str, str]:
     return {key: say(lang, text) for key, text in TEXTS.items()}
 

@@ -174,12 +174,55 @@ def test_a_diverging_loss_is_kept_in_the_table_but_not_drawn():
     assert len(lab.metrics.loss[0]) == 3 and "inf" in board.table.value
 
 
-def test_a_new_cell_keeps_the_last_picture_and_its_titles_until_its_first_points():
+def sent_by_charts(monkeypatch):
+    """The messages the live charts send, as (chart, content), in order."""
+    from ddplab.dashboard.chart import LiveChart
+
+    sent = []
+    monkeypatch.setattr(LiveChart, "send", lambda chart, content, buffers=None: sent.append((chart, content)))
+    return sent
+
+
+def test_the_live_charts_send_only_the_points_each_frame_adds(monkeypatch):
+    from ddplab.dashboard.chart import LiveChart
+    from ddplab.shared.metrics import Series
+
+    sent = sent_by_charts(monkeypatch)
+    chart, s = LiveChart(), Series(cap=8)
+    for i in range(3):
+        s.add(i, 10 - i)
+    lines = {"0": (s, "#f00", 1.4)}
+    assert chart.push(lines)
+    assert sent[-1][1] == {"points": {"0": [0, [0, 1, 2], [10, 9, 8]]}} and chart.lines == {"0": ["#f00", 1.4]}
+    s.add(3, 7)
+    s.add(4, 6)
+    assert chart.push(lines) and sent[-1][1] == {"points": {"0": [3, [3, 4], [7, 6]]}}  # only the new ones
+    count = len(sent)
+    assert not chart.push(lines) and len(sent) == count  # nothing new: nothing sent
+    for i in range(5, 9):  # past the cap: every 2nd point dropped, the whole series again
+        s.add(i, 10 - i)
+    assert chart.push(lines) and sent[-1][1]["points"]["0"][0] == 0 and sent[-1][1]["points"]["0"][1] == s.x
+    assert chart.saved == {}
+    chart.push(lines, final=True)  # the cell's last frame: the whole picture as state
+    assert chart.saved == {"0": [s.x, s.y]}
+    chart._asked(chart, {"hello": True}, [])  # a new view (a reloaded page): every point so far
+    assert sent[-1][1] == {"reset": True, "points": {"0": [0, s.x, s.y]}}
+    chart.reset()
+    assert sent[-1][1] == {"reset": True}
+    s.clear()
+    s.add(0, 1.0)
+    chart.push(lines)
+    assert sent[-1][1] == {"points": {"0": [0, [0], [1.0]]}}  # a new cell's lines start again
+
+
+def test_a_new_cell_keeps_the_last_picture_and_its_titles_until_its_first_points(monkeypatch):
     from types import SimpleNamespace
 
     import numpy as np
 
     from ddplab.dashboard.widget import Dashboard
+
+    sent = sent_by_charts(monkeypatch)
 
     lab = SimpleNamespace(run_state=st.RunState(2), metrics=LiveMetrics(2))
     lab.run_state.set_all(st.INIT)
@@ -191,15 +234,20 @@ def test_a_new_cell_keeps_the_last_picture_and_its_titles_until_its_first_points
     for r in (0, 1):
         step, loss, rate = lab.metrics.add_points(r, np.arange(10), np.arange(10) * 0.1, np.ones(10), np.full(10, 8.0))
         lab.run_state.points_arrived(r, step, loss, rate, 1.0, 10)
-    board.update(lab)
-    drawn = (board.loss_view.value, board.rate_view.value, board.rate_title.value)
+    board.update(lab, final=True)
+    drawn = (board.pictures["loss"], board.pictures["rate"], board.rate_title.value)
     assert "<polyline" in drawn[0] and "ddplab.log(" not in drawn[2] and "样本/秒" in drawn[2]
+    assert {chart for chart, _ in sent} == {board.loss_view, board.rate_view}
+    assert board.loss_view.saved.keys() == {"0", "1"} and len(board.loss_view.saved["0"][0]) == 10
+    count = len(sent)
     lab.run_state.end_cell(1.5)
     lab.run_state.set_all(st.DONE)
     lab.metrics.reset()  # the next cell, no points yet (or it failed before logging any)
+    board.begin(lab)
     lab.run_state.begin_cell([0, 1], 2.0)
-    board.update(lab)
-    assert (board.loss_view.value, board.rate_view.value, board.rate_title.value) == drawn
+    board.update(lab, final=True)
+    assert (board.pictures["loss"], board.pictures["rate"], board.rate_title.value) == drawn
+    assert len(sent) == count  # nothing sent to the charts: they keep the last cell's lines
 
 
 def test_outside_a_notebook_a_pool_is_shown_as_text_in_its_language():
