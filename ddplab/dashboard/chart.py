@@ -46,7 +46,7 @@ class LiveChart(anywidget.AnyWidget):
         for key, (s, _, _) in series.items():
             done, generation = self._sent.get(key, (0, s.generation))
             start = done if generation == s.generation and done <= len(s) else 0
-            if start < len(s) or (start == 0 and key not in self._sent):
+            if start < len(s):
                 points[key] = [start, s.x[start:], s.y[start:]]
             self._sent[key] = (len(s), s.generation)
         if points:

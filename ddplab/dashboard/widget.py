@@ -194,8 +194,7 @@ class Dashboard(View):
                 chart.reset()  # (here, not at the cell's start: a quick cell sends nothing)
             chart.push(series, final)
             if final:
-                plot.render(series)
-                self.pictures[name] = plot.svg(series)
+                self.pictures[name] = plot.render(series) or plot.svg(series)  # (render: None if unchanged)
         self._fresh = False
 
     def _timeline(self, live, now, final=False):
