@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..shared.config import tunables
 from ..shared.errors import StartFailed
+from ..shared.wire import TIMED_EVERY
 
 if TYPE_CHECKING:
     from ..processes.pool import Pool
@@ -32,7 +33,8 @@ class Group:
         self.knobs: dict[str, Any] = {}  # the Lab's knobs: a rank that joins (a restarted one) gets them too
         self.store_public: bytes | None = None  # CurveZMQ public key of rank 0's store (a signed store: members.py)
         self.where: str | None = None  # the rendezvous of the last forming (file://..., signed://host:port)
-        self.timeline = True  # ranks record their timeline (Records.recording)
+        self.timeline = True  # ranks record their timeline (Records.record)
+        self.timeline_every = TIMED_EVERY  # a DDP cell's steps after its first 20: every this many-th is timed
         self.clock_offsets: dict[int, float] = {}  # rank -> its host's monotonic clock minus the notebook's (0 on this machine)
         self.clock_error = 0.0  # how well the offsets are known (seconds: half the best round trip)
         self.refused: dict[str, list[int]] = {}  # account -> [gloo connections refused, pairs taken] in the last forming
@@ -65,7 +67,8 @@ class Group:
         compile_folder = pool.compile_folder()
         ars = [client[eid].apply_async(call, "join", r, n, where, cfg.timeout, threads[r], address, tunables().flush,
                                        key, ifnames[r], self.knobs, cfg.lang, self.generation, curve,
-                                       compile_folder, self.timeline, tunables().accept_gate)
+                                       compile_folder, self.timeline and self.timeline_every,
+                                       tunables().accept_gate)
                for r, eid in enumerate(eids)]
         for ar in ars:
             if not ar.wait(max(0.0, deadline - time.perf_counter())):

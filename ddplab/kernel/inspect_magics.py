@@ -10,6 +10,7 @@ from IPython.core.magic import Magics, line_magic, magics_class
 from IPython.core.magic_arguments import argument, magic_arguments
 
 from ..dashboard.text import in_notebook
+from ..shared.wire import TIMED_FIRST
 from ..shared.words import plural
 from .magics import _not_taken, _parse, _tell, _unquote, _usage
 
@@ -51,6 +52,8 @@ class DDPInspectMagics(Magics):
     @argument("--save", metavar="PATH", default=None, help="write it in Chrome's trace format (Perfetto opens it)")
     @argument("--on", action="store_true", help="record the timeline in the cells that follow (the default)")
     @argument("--off", action="store_true", help="do not record it in the cells that follow (its hooks leave torch: no cost)")
+    @argument("--every", type=int, metavar="N", default=None,
+              help="in the cells that follow, time a DDP cell's steps after its first 20 every N-th (default 10; 1: all)")
     @line_magic
     def ddp_timeline(self, line: str) -> "Timeline | None":
         """The timeline of the last %%ddp cell: every rank's forward, backward, optimizer, data and each
@@ -60,15 +63,24 @@ class DDPInspectMagics(Magics):
             tl = %ddp_timeline
             %ddp_timeline --save trace.json      # open it in https://ui.perfetto.dev
             %ddp_timeline --off                  # later cells are not recorded (--on again)
+            %ddp_timeline --every 1              # time every step of a DDP cell (default: its first 20,
+                                                 # then every 10th: timing DDP's buckets costs each step)
         """
         args = _parse(self.ddp_timeline, line)
         lab = self._lab()
         if args.on and args.off:
             raise UsageError("--on or --off, not both")
-        if args.on or args.off:
-            waiting = lab.records.record(args.on)
-            _tell(lab, "the timeline is recorded in the cells that follow" if args.on
-                  else "the timeline is not recorded in the cells that follow")
+        if args.every is not None and (args.off or args.every < 1):
+            raise UsageError("--every takes a whole number of steps, 1 or more (1: time every step), and not with --off")
+        if args.on or args.off or args.every is not None:
+            waiting = lab.records.record(not args.off, args.every)
+            if args.off:
+                _tell(lab, "the timeline is not recorded in the cells that follow")
+            else:
+                every = lab.records.every
+                _tell(lab, "the timeline is recorded in the cells that follow (a DDP cell: every step)" if every == 1 else
+                      "the timeline is recorded in the cells that follow (a DDP cell: its first {first} steps, then one "
+                      "in {every})", first=TIMED_FIRST, every=every)
             _not_taken(lab, waiting)
             return None
         timeline = _usage(lab.records.timeline, args.cell)

@@ -6,6 +6,7 @@ from typing import Any
 from ..shared.errors import BadRequest
 from ..shared.metrics import History
 from ..shared.timeline import Timeline
+from ..shared.wire import TIMED_EVERY
 
 
 class Records:
@@ -35,13 +36,18 @@ class Records:
         return timelines[cell].timeline(lab.config.lang)
 
     @property
-    def recording(self) -> bool:
-        return self.lab.group.timeline if self.lab.group is not None else True
+    def every(self) -> int:
+        """A DDP cell's steps after its first 20: every `every`-th is timed."""
+        return self.lab.group.timeline_every if self.lab.group is not None else TIMED_EVERY
 
-    def record(self, on: bool) -> list[int]:
-        """Record the timeline in later cells (on), or not: once every rank has been told (ranks that
-        join later are told when they join); the ranks that have not said so in time."""
+    def record(self, on: bool, every: int | None = None) -> list[int]:
+        """Record the timeline in later cells (on), or not, timing a DDP cell's steps after its first 20
+        every `every`-th (1: all; None: as before): once every rank has been told (ranks that join later
+        are told when they join); the ranks that have not said so in time."""
         lab = self.lab
         lab.check_running()
-        lab.group.timeline = bool(on)
-        return lab.command("timeline", on=bool(on))
+        if every is not None and (isinstance(every, bool) or not isinstance(every, int) or every < 1):
+            raise BadRequest(f"every must be a whole number of steps, 1 or more (1: time every step), not {every!r}")
+        group = lab.group
+        group.timeline, group.timeline_every = bool(on), every or group.timeline_every
+        return lab.command("timeline", on=bool(on), every=group.timeline_every)

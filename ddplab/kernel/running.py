@@ -101,7 +101,7 @@ class Runner:
         live.hints, live.calls, live.begun, live.stops = {}, {}, set(), {}
         lab.debug.stepper.told = False
         live.spans = live.timelines[rs.cell] = CellSpans(rs.cell, ranks, time.monotonic(), lab.group.clock_offsets,
-                                                         live.units, live.groups)
+                                                         live.units, live.groups, lab.group.timeline_every)
         outcome, stopped_by = cell.execute(lab.view_on(ranks), code, ranks, live, lab.telemetry, self.hooks(background),
                                            timeout, lab.config.lang)
         live.spans.finish()

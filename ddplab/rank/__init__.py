@@ -234,6 +234,9 @@ class Sender:
                 rank.knobs[command["name"]] = command.get("value")
             elif command.get("cmd") == "timeline":
                 rank.recorder.enabled = bool(command.get("on"))
+                every = command.get("every")
+                if isinstance(every, int) and every >= 1:
+                    rank.recorder.every = every
             elif command.get("cmd") == "debug" and isinstance(command.get("line"), str):
                 rank.breakpoints.command(command["line"], command["seq"])  # (its number: the reply's id)
             elif command.get("cmd") == "stack":  # py-spy on this process, on a thread of its own (a second)
@@ -466,7 +469,7 @@ class Rank:
     def join(self, rank: int, world_size: int, rendezvous: str, timeout: float, threads: int, telemetry: str | None = None,
              flush: float = 0.25, key: bytes = b"", ifname: str | None = None, knobs: dict[str, Any] | None = None,
              lang: str = "en", generation: int = 0, curve: dict[str, Any] | None = None, compile_cache: str | None = None,
-             timeline: bool = True, gate: bool = True) -> dict[str, Any]:
+             timeline: int = wire.TIMED_EVERY, gate: bool = True) -> dict[str, Any]:
         """Join the gloo process group and preload the names every cell can use.
 
         rendezvous is "file:///path" (a FileStore: opens no network port) or "signed://host:port" (the
@@ -530,7 +533,7 @@ class Rank:
         self.ifname, self.timeout = ifname, timeout
         self.probe.patch(lambda: self.formed)
         self.breakpoints.install()
-        self.recorder.enabled = timeline
+        self.recorder.enabled, self.recorder.every = bool(timeline), max(1, int(timeline))  # (0: off; else the every)
         self.recorder.follow()
         if telemetry:
             self.sender.connect(telemetry, key, generation, curve)

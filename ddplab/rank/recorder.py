@@ -29,6 +29,7 @@ import weakref
 from array import array
 
 from ..shared import upstream
+from ..shared.wire import TIMED_EVERY, TIMED_FIRST
 
 log = logging.getLogger("ddplab")
 # torch's internal names the per-bucket comm spans need (upstream.py): all there, or the buckets go untimed
@@ -134,6 +135,8 @@ class Recorder:
     def __init__(self, rank):
         self.rank = rank
         self.enabled = True  # %ddp_timeline --off / --on (a command from the notebook)
+        self.every = TIMED_EVERY  # a DDP cell's steps after the first TIMED_FIRST: every `every`-th is timed
+        self._sampling = False  # this cell trains a DDP model: its untimed steps record no span (sampled())
         self.spans = Spans()
         self.lock = threading.Lock()  # (a cell's other threads may add spans too)
         self.installed = False
@@ -164,6 +167,7 @@ class Recorder:
 
     def new_cell(self):
         self.opt_steps = self.collectives = self._depth = self.functional = 0
+        self._sampling = False
         self._named, self._named_groups = set(), set()
         self._modules, self._left, self._grad_module = [], None, None
 
@@ -172,11 +176,19 @@ class Recorder:
         logged = self.rank.step
         return logged + 1 if logged >= 0 else self.opt_steps
 
+    def sampled(self, step):
+        """Whether this step of a DDP cell is timed: each of the cell's first TIMED_FIRST, then every
+        `every`-th (DDP's own logger samples its iterations alike: the first 10, then every 100th)."""
+        return step < TIMED_FIRST or step % self.every == 0
+
     def add(self, phase, start, end, op=0, bucket=-1, nbytes=0, seq=-1, step=None, group=-1, cell=None):
+        step = self.step() if step is None else step
+        if self._sampling and not self.sampled(step):
+            return  # (a DDP step not timed: none of its spans, so every step recorded is whole)
         s = self.spans
         with self.lock:
             s.cell.append(self.rank.cell if cell is None else cell)
-            s.step.append(self.step() if step is None else step)
+            s.step.append(step)
             s.phase.append(phase)
             s.op.append(op)
             s.bucket.append(bucket)
@@ -595,7 +607,7 @@ class Recorder:
 
             def __init__(self, real):
                 super().__init__(real.rank(), real.size())
-                self.real, self.launched = real, 0
+                self.real, self.launched, self.used = real, 0, True  # used: the reducer holds this group
                 try:  # collectives not overridden here go to the real group's own backend
                     self._register_backend(torch.device("cpu"), dist.ProcessGroup.BackendType.CUSTOM,
                                            real._get_backend(torch.device("cpu")))
@@ -622,7 +634,7 @@ class Recorder:
         def timed_hook(ddp):
             def hook(state, bucket):
                 user_state, user_hook = ddp._ddplab_hook
-                if not recorder.enabled:
+                if not recorder.enabled or not recorder.sampled(recorder.step()):
                     return user_hook(user_state, bucket)
                 start, buffer = clock(), bucket.buffer()
                 inside.op, inside.bytes = "ddp", 0  # the collectives a hook calls are DDP's, not the cell's
@@ -657,8 +669,15 @@ class Recorder:
             if ddp not in recorder.timed_models:
                 recorder.timed_models[ddp] = timed_group(ddp)
             group = recorder.timed_models[ddp]
-            if group is not None:
+            if group is not None and not compiling():
                 group.launched = 0
+                recorder._sampling = True
+                # an untimed step's buckets go straight to the model's own group (between steps no bucket
+                # is in flight: DDP waited for them all at the end of backward)
+                timed = recorder.enabled and recorder.sampled(recorder.step())
+                if timed != group.used:
+                    ddp.reducer._update_process_group(group if timed else group.real)
+                    group.used = timed
             if not recorder.enabled or compiling() or threading.get_ident() != recorder._main:
                 return forward(ddp, *args, **kwargs)
             # DDP times its own forward (from the outermost module's start, if a global hook saw one)

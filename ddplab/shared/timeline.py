@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from .swimlane import BACKWARD, COMM, DATA, FORWARD, OPTIMIZER, PHASES, picture
+from .wire import TIMED_FIRST
 from .words import say
 
 OPS = ("", "all_reduce", "broadcast", "all_gather", "reduce_scatter", "reduce", "gather", "scatter", "barrier",
@@ -157,8 +158,9 @@ class CellSpans:
 
     def __init__(self, cell: int, ranks: Iterable[int], started: float, offsets: Mapping[int, float] | None = None,
                  units: Mapping[int, Mapping[int, str]] | None = None,
-                 groups: Mapping[int, Mapping[int, Group]] | None = None) -> None:
+                 groups: Mapping[int, Mapping[int, Group]] | None = None, every: int = 1) -> None:
         self.cell, self.ranks, self.started = cell, list(ranks), started  # started: monotonic, the notebook's
+        self.every = every  # a DDP cell's steps after the first TIMED_FIRST: every `every`-th recorded (wire.py)
         self.offsets = offsets or {}  # rank -> its host's clock minus the notebook's (seconds)
         self.units = units if units is not None else {}  # rank -> {its index of a module: its name} (Live.units)
         self.unit_names: list[str] = []  # the cell's modules served (FSDP units, TP layers); a span's bucket -2 - i
@@ -246,7 +248,7 @@ class CellSpans:
         every rank's latest steps, however the ranks' batches interleave)."""
         if not tail:
             return Timeline(self.cell, self.rows.array(), self.ranks, dict(self.memory), lang, self.unit_names,
-                            self.group_names)
+                            self.group_names, self.every)
         parts: list[Array] = []
         for batches in self.arrived.values():
             need, mine = tail, []
@@ -258,7 +260,7 @@ class CellSpans:
                     break
             parts += reversed(mine)
         rows = np.concatenate(parts) if parts else np.empty(0, SPAN)
-        return Timeline(self.cell, rows, self.ranks, dict(self.memory), lang, self.unit_names, self.group_names)
+        return Timeline(self.cell, rows, self.ranks, dict(self.memory), lang, self.unit_names, self.group_names, self.every)
 
 
 class Timeline:
@@ -273,12 +275,17 @@ class Timeline:
         tl.save("trace.json") Chrome's trace event format (one process per rank): Perfetto opens it
         tl.verdict()          who or what the others wait for, in words
 
+    A cell that trains a DDP model is timed in its first 20 steps, then in one step in `tl.every` (10
+    unless %ddp_timeline --every says otherwise): the other steps have no spans, and every table and
+    average is over the steps timed (`tl.steps()` names them).
+
     Displayed in a notebook it draws the swimlanes of the last steps and the breakdown; printed, it
     says the breakdown."""
 
     def __init__(self, cell: int, rows: Array, ranks: Iterable[int], memory: Mapping[int, Mapping[str, int]] | None = None,
-                 lang: str = "en", units: Iterable[str] = (), groups: Iterable[Group] = ()) -> None:
+                 lang: str = "en", units: Iterable[str] = (), groups: Iterable[Group] = (), every: int = 1) -> None:
         self.cell, self.rows, self.ranks, self.lang = cell, rows, list(ranks), lang
+        self.every = every  # a DDP cell's steps after its first 20: one in `every` was timed
         self._memory = memory or {}
         self.units = list(units)  # modules served: a span whose bucket is -2 - i serves units[i]
         self.groups = list(groups)  # (label, ranks): a span whose group is i ran on groups[i]
@@ -451,4 +458,9 @@ class Timeline:
         for r, b in self.breakdown(last).items():
             lines.append(f"  {r:>4}  {1000 * b['compute']:7.1f}  {1000 * b['comm']:5.1f}  {1000 * b['wait']:5.1f}  "
                          f"{1000 * b['data']:5.1f}  {1000 * b['step']:5.1f}")
+        steps = np.unique(self.rows["step"])
+        if self.every > 1 and len(steps) and steps[-1] >= TIMED_FIRST and (self.rows["bucket"] >= 0).any():  # (DDP)
+            lines.append(say(self.lang, "{timed} steps timed: a DDP cell's first {first}, then one in {every} "
+                                        "(%ddp_timeline --every 1 times them all)", timed=len(steps), first=TIMED_FIRST,
+                             every=self.every))
         return lines + [self.verdict()]

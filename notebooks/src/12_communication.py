@@ -688,9 +688,12 @@ tl
 # its bucket was ready to the moment its all-reduce completed, casts to bf16 and back included.
 # Less its `wait`, it is the all-reduce itself, once every rank had arrived: the part that the
 # number of bytes can change. The waiting depends on when the ranks arrive, not on what they send.
+# The timeline times a DDP cell's first 20 steps, then one step in 10, each whole: timing each bucket
+# costs its rank a little, and a sample says the same (`%ddp_timeline --every 1` times every step).
+# The check below reads the steps it timed.
 
 # %% [markdown] lang=zh
-# 从这些时间段中可以读出两样东西。**字节数。** 时间段的 `bytes` 是它的 all-reduce 实际发送的字节数：要么是整个 float32 桶，要么（钩子把它转换成 bf16 时）恰好是它的一半。它们与 `hook` 自己逐步统计的字节数一致。**时间。** 一个时间段从它的桶就绪的那一刻开始，到它的 all-reduce 完成为止，其中包括与 bf16 之间的来回转换。减去它的 `wait`，就是所有 rank 都到达之后 all-reduce 本身所用的时间：字节数能影响的正是这一部分。等待则取决于各 rank 何时到达，与它们发送什么无关。
+# 从这些时间段中可以读出两样东西。**字节数。** 时间段的 `bytes` 是它的 all-reduce 实际发送的字节数：要么是整个 float32 桶，要么（钩子把它转换成 bf16 时）恰好是它的一半。它们与 `hook` 自己逐步统计的字节数一致。**时间。** 一个时间段从它的桶就绪的那一刻开始，到它的 all-reduce 完成为止，其中包括与 bf16 之间的来回转换。减去它的 `wait`，就是所有 rank 都到达之后 all-reduce 本身所用的时间：字节数能影响的正是这一部分。等待则取决于各 rank 何时到达，与它们发送什么无关。时间线会记录 DDP 单元格的前 20 步，之后每 10 步记录一步，每一步都完整记录：给每个桶计时会让它的 rank 多花一点时间，而抽样得出的结论是一样的（`%ddp_timeline --every 1` 会记录每一步）。下面的检查读取的是被记录的那些步。
 
 # %%
 import statistics
@@ -702,7 +705,9 @@ for s in tl.records():
         spans.setdefault((s["rank"], s["step"]), {})[s["bucket"]] = s
 for r in range(4):
     counted = dict(zip(per_rank[r].array("step").astype(int).tolist(), per_rank[r].array("bytes").tolist()))
-    for step in sorted(mode)[1:]:                           # step 0: one bucket, before DDP rebuilt them
+    timed = sorted(step for rr, step in spans if rr == r and step >= 1)   # step 0: one bucket, before DDP rebuilt them
+    assert timed[:19] == list(range(1, 20)) and all(step % 10 == 0 for step in timed[19:]), timed
+    for step in timed:
         found = spans[(r, step)]
         half = 2 if mode[step] else 1                       # bf16 sends half of each float32 bucket
         assert {b: s["bytes"] for b, s in found.items()} == {0: 1_071_144 // half, 1: 1_607_680 // half}

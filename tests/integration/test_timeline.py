@@ -5,6 +5,7 @@ import json
 import re
 
 import pytest
+from IPython.core.error import UsageError
 
 from ddplab.shared.errors import RankFailed
 
@@ -50,8 +51,10 @@ def test_a_straggler_is_named_and_the_others_wait_for_it(pool):
     assert list(frame.columns) == ["rank", "step", "phase", "start", "end", "op", "bucket", "module", "group", "bytes",
                                    "wait"]
     assert set(frame["rank"]) == {0, 1, 2, 3} and set(frame["phase"]) >= {"forward", "backward", "optimizer", "comm"}
-    assert frame["step"].max() == 24  # steps counted by ddplab.log
+    # steps counted by ddplab.log: of its 25, the cell's first 20 timed, then one in 10 (test below)
+    assert sorted(set(frame["step"])) == list(range(21))
     assert "rank 2 is the slowest" in repr(tl) and "compute" in tl.summary().columns
+    assert "21 steps timed: a DDP cell's first 20, then one in 10" in repr(tl)
 
 
 def test_bucket_all_reduces_overlap_backward(pool):
@@ -189,6 +192,43 @@ def test_recording_can_be_switched_off_and_on(pool, ip, capsys):
     assert pool.gather("grouped") == [[False, False]] * 4 and len(pool.records.timeline()) == 0
     ip.run_line_magic("ddp_timeline", "--on")
     assert "have not said" not in capsys.readouterr().out
+
+
+def test_a_long_ddp_cell_is_timed_in_its_first_steps_then_one_step_in_every_few(pool, ip, capsys):
+    # Timing DDP's buckets costs each step (a Python group in the reducer): after a cell's first 20
+    # steps one in 10 is timed, whole; the other steps all-reduce through the model's own group and
+    # compute the same, bit for bit. --every 1 times every step.
+    run = ("torch.manual_seed(0)\nlong = DDP(Net())\nlong_opt = torch.optim.SGD(long.parameters(), lr=0.1)\n"
+           "train(long, long_opt, 45, log=False)\n{name} = [p.detach().clone() for p in long.parameters()]\n")
+    pool.run(MODEL + run.format(name="sampled"))
+    tl = pool.records.timeline()
+    frame = tl.to_pandas()
+    timed = [*range(20), 20, 30, 40]
+    buckets = frame[(frame["phase"] == "comm") & frame["bucket"].notna()]
+    for r in range(4):
+        mine = frame[frame["rank"] == r]
+        assert sorted(set(mine["step"])) == timed, sorted(set(mine["step"]))
+        for phase in ("forward", "backward", "optimizer"):  # each timed step whole: one of each
+            assert (mine[mine["phase"] == phase].groupby("step").size() == 1).all(), phase
+        mine = buckets[buckets["rank"] == r]
+        assert sorted(set(mine["step"])) == timed  # its buckets too
+        assert set(mine[mine["step"] >= 1].groupby("step")["bucket"].nunique()) == {mine["bucket"].nunique()}
+    assert tl.every == 10 and tl.breakdown()[0]["steps"] == len(timed)
+    assert "23 steps timed: a DDP cell's first 20, then one in 10" in repr(tl)
+    try:
+        ip.run_line_magic("ddp_timeline", "--every 1")
+        assert "a DDP cell: every step" in capsys.readouterr().out
+        pool.run(run.format(name="every"))
+        tl = pool.records.timeline()
+        assert sorted(set(tl.to_pandas()["step"])) == list(range(45)) and tl.every == 1
+        assert "steps timed" not in repr(tl)
+        pool.run("same = all(torch.equal(a, b) for a, b in zip(sampled, every))")
+        assert pool.gather("same") == [True] * 4
+        with pytest.raises(UsageError, match="--every takes a whole number of steps"):
+            ip.run_line_magic("ddp_timeline", "--every 0")
+    finally:
+        ip.run_line_magic("ddp_timeline", "--every 10")
+    assert "its first 20 steps, then one in 10" in capsys.readouterr().out
 
 
 def test_compiled_models_keep_one_graph_and_their_forward_spans(pool):
