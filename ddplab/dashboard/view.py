@@ -12,6 +12,9 @@ The Lab calls a view with its `Live` (run_state: rank states and facts; metrics:
     shows_progress True if the view itself shows start-up progress (the magics then print none)
     background     set by the Lab while a cell runs in the background: update only, display nothing
                    (the notebook's other cells are running)
+    main_thread_only  True where the front end draws only what the cell's own thread sends (Colab):
+                   the view ignores calls from other threads, and %ddp_wait draws a background
+                   cell's frames (told_background: the notebook has said so once)
 
 A view that raises is reported once on stderr and left alone for the rest of the cell: it never
 breaks a cell. No widget imports here: the Lab imports this module.
@@ -44,6 +47,8 @@ class View:
     threadsafe: bool = False
     shows_progress: bool = False
     background: bool = False
+    main_thread_only: bool = False
+    told_background: bool = False
 
     def begin(self, live: Live) -> None:
         pass

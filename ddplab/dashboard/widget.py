@@ -13,7 +13,6 @@ from html import escape
 from ..shared import state as st
 from ..shared.config import tunables
 from . import html
-from .chart import LiveChart
 from .plots import LivePlot
 from .view import View
 
@@ -40,27 +39,18 @@ class Dashboard(View):
     def __init__(self, world_size, lang="en", title=""):
         import ipywidgets as W
 
-        self.world_size, self.lang, self.title = world_size, lang, title
-        self.labels = html.labels(lang)
+        self._drawing(world_size, lang, title)
         self.header = W.HTML()
         self.diagram = W.HTML()
         self.table = W.HTML()
-        # x axes start at 100 steps and 10 s; samples/s leaves room for ranks still warming up. The live
-        # plots are drawn in the browser from the points each frame adds (chart.py); the static picture
-        # a finished cell keeps is drawn here, once, at the cell's last frame (plots.py)
-        self.loss_plot, self.rate_plot = LivePlot(min_x=100), LivePlot(min_x=10, headroom=1.6)
+        # The live plots are drawn in the browser from the points each frame adds (chart.py); the static
+        # picture a finished cell keeps is drawn here, once, at the cell's last frame (plots.py)
         self.loss_view = self._chart(W, self.loss_plot, "ddplab-loss-plot")
         self.rate_view = self._chart(W, self.rate_plot, "ddplab-rate-plot")
-        self.pictures = {"loss": self.loss_plot.svg({}), "rate": self.rate_plot.svg({})}  # the plots as SVG
-        self._fresh = True  # a new cell: the charts start again at its first points
         self.loss_title = W.HTML()
         self.rate_title = W.HTML()
         self.timeline = W.HTML()  # the last steps' swimlanes and breakdown (swimlane.py)
-        self._timeline_drawn = None
-        self._timeline_at = float("-inf")  # when the swimlanes were last drawn (monotonic)
         self.timeline.add_class("ddplab-timeline-view")
-        self.plotted = plotted_ranks(world_size)
-        self.plotted_once = False  # a cell has drawn points: its picture stays until the next one's
         if world_size <= MAX_TABS:
             self.panes = [W.HTML() for _ in range(world_size)]
             self.tabs = W.Tab(children=self.panes)
@@ -80,7 +70,20 @@ class Dashboard(View):
         self.box = W.VBox([W.HTML(html.STYLE), self.header, W.HBox([self.diagram, self.table], layout=wrap), plots,
                            self.timeline, outputs])
         self.box.add_class("ddplab-dashboard")
-        self.positions = None
+
+    def _drawing(self, world_size, lang, title):
+        """What every frame draws from, whatever shows it (widgets here, HTML in page.py)."""
+        self.world_size, self.lang, self.title = world_size, lang, title
+        self.labels = html.labels(lang)
+        # x axes start at 100 steps and 10 s; samples/s leaves room for ranks still warming up
+        self.loss_plot, self.rate_plot = LivePlot(min_x=100), LivePlot(min_x=10, headroom=1.6)
+        self.pictures = {"loss": self.loss_plot.svg({}), "rate": self.rate_plot.svg({})}  # the plots as SVG
+        self._fresh = True  # a new cell: the charts start again at its first points
+        self._timeline_drawn = None
+        self._timeline_at = float("-inf")  # when the swimlanes were last drawn (monotonic)
+        self.plotted = plotted_ranks(world_size)
+        self.plotted_once = False  # a cell has drawn points: its picture stays until the next one's
+        self.positions, self._last_state = None, None
         self.in_cell = False
         self._lock = threading.RLock()  # the monitor, the Lab's watcher and last-frame threads all draw
         self.frames = 0
@@ -130,6 +133,11 @@ class Dashboard(View):
         self._set(self.table, html.rank_table(rs, now, self.lang))
         self._plots(rs, metrics, final)
         self._timeline(live, now, final)
+        self._outputs(rs)
+        self.frames += 1
+
+    def _outputs(self, rs):
+        """Each rank's output, the last lines, in its tab (or the picked rank's pane)."""
         shown = range(self.world_size) if self.tabs is not None else [self.pick.value]
         for pane, r in zip(self.panes, shown):
             text = "\n".join(rs.ranks[r].output.splitlines()[-OUTPUT_TAIL:])
@@ -138,7 +146,6 @@ class Dashboard(View):
                 title = f"rank {r}" + (" ✗" if rs.states[r] in (st.FAILED, st.LOST) else "")
                 if self.tabs.get_title(r) != title:
                     self.tabs.set_title(r, title)
-        self.frames += 1
 
     def end(self, live):
         """The cell ended: last frame; in the cell, the live view becomes a static picture.
@@ -146,7 +153,11 @@ class Dashboard(View):
         the cell itself returns at once (widget updates may come from any thread)."""
         if self.background:  # the notebook has moved on: the last frame only, in place
             with self._lock:
-                self._draw(live, final=True)
+                self._last_frame(live)
+            return
+        if not self.in_cell and not self.threadsafe:  # (a front end that draws nothing a thread sends)
+            with self._lock:
+                self._last_frame(live)
             return
         if not self.in_cell:
             # a moment later: a thread drawing right away would take the GIL from the cell's end.
@@ -162,10 +173,13 @@ class Dashboard(View):
         from IPython.display import HTML, clear_output, display
 
         with self._lock:
-            self._draw(live, final=True)
+            self._last_frame(live)
             clear_output()  # a %%ddp cell prints nothing before its dashboard
             display(HTML(self.snapshot_html()))
             self.in_cell = False
+
+    def _last_frame(self, live):
+        self._draw(live, final=True)
 
     # ------------------------------------------------------------------ drawing
     @staticmethod
@@ -188,14 +202,18 @@ class Dashboard(View):
         rates["total"] = (metrics.total, "#222222", 2.0)
         if not has_points:
             return  # empty axes until the first points
-        for name, plot, series, chart in (("loss", self.loss_plot, loss, self.loss_view),
-                                          ("rate", self.rate_plot, rates, self.rate_view)):
-            if self._fresh:
-                chart.reset()  # (here, not at the cell's start: a quick cell sends nothing)
-            chart.push(series, final)
-            if final:
-                self.pictures[name] = plot.render(series) or plot.svg(series)  # (render: None if unchanged)
+        for name, plot, series in (("loss", self.loss_plot, loss), ("rate", self.rate_plot, rates)):
+            self._plot(name, plot, series, final)
         self._fresh = False
+
+    def _plot(self, name, plot, series, final):
+        """The browser draws the points the frame adds (chart.py); the cell's last frame, the still picture."""
+        chart = self.loss_view if name == "loss" else self.rate_view
+        if self._fresh:
+            chart.reset()  # (here, not at the cell's start: a quick cell sends nothing)
+        chart.push(series, final)
+        if final:
+            self.pictures[name] = plot.render(series) or plot.svg(series)  # (render: None if unchanged)
 
     def _timeline(self, live, now, final=False):
         """The swimlanes of the last steps and their breakdown, from the tail of the cell's spans (drawn
@@ -214,20 +232,25 @@ class Dashboard(View):
     @staticmethod
     def _chart(W, plot, css_class):
         """A live chart with the plot's size and axes, empty until the first points."""
+        from .chart import LiveChart
+
         chart = LiveChart(width=plot.width, height=plot.height, min_x=plot.min_x, headroom=plot.headroom,
                           y_from_zero=plot.y_from_zero,
                           layout=W.Layout(width=f"{plot.width}px", height=f"{plot.height}px"))
         chart.add_class(css_class)
         return chart
 
-    def snapshot_html(self):
-        """The dashboard as static HTML (SVG, table, plots): what a finished cell keeps."""
-        def plot(name, title):
-            box = '<div style="display:inline-block;vertical-align:top;margin-right:8px">'
+    def snapshot_html(self, live=False):
+        """The dashboard as static HTML (SVG, table, plots): what a finished cell keeps (live: what
+        page.py shows while it runs, the diagram's tokens sliding)."""
+        def plot(name, title, css_class):
+            box = f'<div class="{css_class}" style="display:inline-block;vertical-align:top;margin-right:8px">'
             return f'{box}{title.value}{self.pictures[name]}</div>'
 
-        diagram, _ = html.diagram_svg(self._last_state, self.lang)  # without the sliding animation
-        return (f'<div class="ddplab-dashboard ddplab-snapshot">{html.STYLE}<div>{self.header.value}</div>'
+        # (the still picture without the sliding animation)
+        diagram = self.diagram.value if live else html.diagram_svg(self._last_state, self.lang)[0]
+        kind = "ddplab-page" if live else "ddplab-snapshot"
+        return (f'<div class="ddplab-dashboard {kind}">{html.STYLE}<div>{self.header.value}</div>'
                 f'<div style="display:flex;flex-wrap:wrap;gap:12px;align-items:flex-start">{diagram}{self.table.value}</div>'
-                f'<div>{plot("loss", self.loss_title)}{plot("rate", self.rate_title)}</div>'
-                f'{self.timeline.value}</div>')
+                f'<div>{plot("loss", self.loss_title, "ddplab-loss-plot")}{plot("rate", self.rate_title, "ddplab-rate-plot")}'
+                f'</div><div class="ddplab-timeline-view">{self.timeline.value}</div></div>')

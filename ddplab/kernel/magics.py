@@ -228,6 +228,10 @@ class DDPMagics(Magics):
             n = len(ranks or range(lab._size()))
             _tell(lab, "running in the background on {n} ranks; %ddp_wait shows its output, %ddp_interrupt stops it",
                   n=n)
+            if lab.view.main_thread_only and not lab.view.told_background:
+                lab.view.told_background = True  # (once)
+                _tell(lab, "this front end draws nothing the kernel sends from a thread (Colab): the dashboard of a "
+                           "cell in the background is drawn while %ddp_wait waits for it")
             return
         show_run(lab, lambda: _usage(lab.run, cell, ranks, timeout=args.timeout))
 

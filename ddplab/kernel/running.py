@@ -246,7 +246,17 @@ class Background:
         return not self.thread.is_alive()
 
     def result(self, timeout: float | None = None) -> RunResult:
-        self.thread.join(timeout)
+        lab = self.runner.lab
+        if lab.view.main_thread_only:
+            # a front end that draws only what the cell's thread sends (Colab, dashboard/page.py): the
+            # frames of the cell in the background are drawn here, by the thread of the cell that waits
+            deadline = None if timeout is None else time.monotonic() + timeout
+            while self.thread.is_alive() and (deadline is None or time.monotonic() < deadline):
+                wait = tunables().frame if deadline is None else min(tunables().frame, deadline - time.monotonic())
+                self.thread.join(max(0.0, wait))
+                lab.show("update" if self.thread.is_alive() else "end")
+        else:
+            self.thread.join(timeout)
         if self.thread.is_alive():
             raise TimeoutError(f"the background cell still runs after {timeout:g} s")
         with self.runner.lab.lock:

@@ -43,9 +43,10 @@ of the pool's own (zygote.py) the cure.
 Whoever tried is reported through `on_refused` (the rank tells the notebook, which names the
 account once). Where the ranks have a network namespace of their own, nobody else can connect and
 this costs one look through sock_diag and one store round trip per group (about 2 + 7 ms here).
-Linux only. Private torch names it uses: distributed_c10d.ProcessGroupGloo, which distributed_c10d's
-_new_process_group_helper builds gloo backends with (upstream.py lists both; a torch without the first
-turns the guard off with a warning).
+Linux only. Private torch names it uses: distributed_c10d.ProcessGroupGloo, the module global that
+distributed_c10d builds every gloo backend with (torch 2.13 in _new_process_group_helper, 2.14 in
+_create_gloo_process_group; upstream.py checks the module still calls it; a torch without it turns the
+guard off with a warning).
 """
 import functools
 import json

@@ -43,6 +43,8 @@ class DDPLab(SingletonConfigurable):
                         "$DDPLAB_LANG, else zh for a notebook in a folder named zh (the lessons' Chinese "
                         "editions: JupyterLab tells the kernel its notebook's path), else en.").tag(config=True)
     dashboard = Bool(True, help="Show the live dashboard in notebooks; %ddp_start --no-dashboard.").tag(config=True)
+    widgets = Bool(True, help="Draw the live dashboard with ipywidgets where they render (ipywidgets 8, not in Colab); "
+                              "False: as HTML updated in place, as in Colab, at most once a second.").tag(config=True)
     start_timeout = Float(120.0, help="Seconds a pool may take to start before ddplab gives up.").tag(config=True)
 
     # --- how often things happen

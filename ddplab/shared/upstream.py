@@ -86,7 +86,9 @@ NAMES: dict[str, Name] = {n.path: n for n in (
     Name("torch", "torch.distributed._functional_collectives:AsyncCollectiveTensor", FUNCTIONAL),
     # torch: the gloo guard (guard.py) replaces the class distributed_c10d builds every gloo backend with
     Name("torch", "torch.distributed.distributed_c10d:ProcessGroupGloo", GUARD),
-    Name("torch", "torch.distributed.distributed_c10d:_new_process_group_helper", GUARD, uses="ProcessGroupGloo("),
+    # (built by the module's own global name: in 2.13 inside _new_process_group_helper, in 2.14 in
+    # _create_gloo_process_group, the gloo creator it registers)
+    Name("torch", "torch.distributed.distributed_c10d", GUARD, uses="ProcessGroupGloo("),
     # torch, IPython, ipykernel: what the zygote and each rank import ahead of the first cell (zygote.py, rank.py)
     Name("torch", "torch._dynamo", PRELOAD),
     Name("ipykernel", "ipykernel.debugger", PRELOAD),

@@ -11,6 +11,8 @@ ZH: dict[str, str] = {
         "；用 %%ddp 在每个 rank 上运行代码",
     "running in the background on {n} ranks; %ddp_wait shows its output, %ddp_interrupt stops it":
         "在后台的 {n} 个 rank 上运行；%ddp_wait 显示它的输出，%ddp_interrupt 停止它",
+    "this front end draws nothing the kernel sends from a thread (Colab): the dashboard of a cell in the background is drawn while %ddp_wait waits for it":
+        "这个前端不绘制内核从线程发来的任何内容（Colab）：后台单元格的仪表盘会在 %ddp_wait 等待它时绘制",
     "this cell failed as it was meant to ({name}):":
         "这个单元格如预期那样失败了（{name}）：",
     "the cell was meant to fail with {name}, but it did not":

@@ -1,6 +1,7 @@
 """The Lab's threads: a cell in the background (watched by its own thread), the watch thread that
 notices dead engines between cells, and the notebook's own thread asking things meanwhile (a slider
 moved, %ddp_status, a cell refused while the other runs). Shared state changes under lab.lock."""
+import re
 import threading
 import time
 
@@ -101,3 +102,32 @@ def test_stop_while_a_cell_runs_in_the_background_leaves_every_rank_stopped():
     while time.time() < deadline:
         assert list(lab.run_state.states) == ["stopped"] * 2
         time.sleep(0.1)
+
+
+def test_where_only_the_cells_thread_draws_a_background_cell_is_drawn_by_ddp_wait(pool, ip, capsys, monkeypatch):
+    """Colab draws nothing the kernel sends from a thread (dashboard/page.py, main_thread_only): the
+    background cell's own thread draws no frame; %ddp_wait draws them, live, from the notebook's thread,
+    and the cell's last frame."""
+    import IPython.display
+
+    from ddplab.dashboard.page import PageDashboard
+
+    sent = []
+    monkeypatch.setattr(IPython.display, "display", lambda obj, display_id=None, **kw: sent.append(
+        ("display", threading.current_thread().name, getattr(obj, "data", ""))))
+    monkeypatch.setattr(IPython.display, "update_display", lambda obj, display_id=None: sent.append(
+        ("update", threading.current_thread().name, obj.data)))
+    saved, pool.view = pool.view, PageDashboard(4, main_thread_only=True)
+    try:
+        ip.run_cell_magic("ddp", "--background", "import time\nfor i in range(50):\n    time.sleep(0.05)\n"
+                                                 "    ddplab.log(loss=1.0 / (i + 1), samples=1)")
+        assert "drawn while %ddp_wait waits for it" in capsys.readouterr().out
+        time.sleep(0.5)  # (the background thread's frames, if it drew any)
+        assert [kind for kind, *_ in sent] == ["display"]  # the magic's own display of the page, nothing since
+        ip.run_line_magic("ddp_wait", "")
+        assert {thread for _, thread, _ in sent} == {threading.main_thread().name}
+        pages = [page for kind, _, page in sent if kind == "update"]
+        assert len(pages) >= 2 and 'data-state="training"' in pages[0], len(pages)  # live while it waited
+        assert len(re.findall(r'class="rank-token" data-rank="\d" data-state="done"', pages[-1])) == 4  # its last frame
+    finally:
+        pool.view = saved

@@ -70,13 +70,11 @@ def test_a_moved_name_turns_its_feature_off_with_one_line(fresh, monkeypatch, ca
     with caplog.at_level(logging.WARNING, logger="ddplab"):
         assert upstream.get(path) is None
         assert upstream.get(path, default="off") == "off" and not upstream.has(path)
-    import torch
-
-    assert warnings_of(caplog) == [
-        f"ddplab turned off the timeline's spans of DDP's bucket all-reduces: torch {torch.__version__} has no "
+    assert warnings_of(caplog) == [  # (the distribution's version: 2.14.1, where torch.__version__ says 2.14.1+cu130)
+        f"ddplab turned off the timeline's spans of DDP's bucket all-reduces: torch {upstream.version('torch')} has no "
         "torch.autograd.Variable._execution_engine.queue_callback_moved"]
     assert upstream.turned_off() == [path]
-    moved = upstream.check()
+    moved = {p: why for p, why in upstream.check().items() if upstream.NAMES[p].owner not in FRAMEWORKS}  # (where installed)
     assert list(moved) == [path] and "queue_callback_moved" in moved[path]
     assert (upstream.NAMES[path].owner, upstream.NAMES[path].feature) == ("torch", upstream.BUCKETS)
 
