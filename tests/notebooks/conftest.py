@@ -4,9 +4,11 @@ lesson. The kernel runs as the learners run it: as an ordinary account (made for
 removed after), with ddplab installed as a user installs it (`pip install .`, runtime dependencies
 only, tests/users/accounts.py), on a copy of the notebooks in that account's home. The Chinese
 edition's kernel is told its notebooks' folder (zh), as JupyterLab tells it."""
+import json
 import pathlib
 import shutil
 import subprocess
+import threading
 import time
 
 import nbformat
@@ -14,10 +16,23 @@ import psutil
 import pytest
 from nbclient import NotebookClient
 
-from tests.users.accounts import Account, account_env, user_env, user_kernel, wait_until
+from tests.users.accounts import Account, MemoryBox, account_env, user_env, user_kernel, wait_until
 
 NOTEBOOKS = pathlib.Path(__file__).resolve().parents[2] / "notebooks"
 ARTIFACTS = pathlib.Path(__file__).resolve().parent / "artifacts"
+BINDER = 2 * 2**30  # a Binder session's memory (mybinder.org's deploy config): the English lessons run in one
+
+
+class AnonPeak(threading.Thread):
+    """The most anonymous memory a box's processes held at once while a lesson ran (looked at every 0.1 s)."""
+
+    def __init__(self, box):
+        super().__init__(daemon=True)
+        self.box, self.peak, self.stop = box, box.anon(), threading.Event()
+
+    def run(self):
+        while not self.stop.wait(0.1):
+            self.peak = max(self.peak, self.box.anon())
 
 
 class SharedKernel:
@@ -25,6 +40,7 @@ class SharedKernel:
 
     def __init__(self, account, folder=NOTEBOOKS, box=None):
         self.km, self.folder, self.account, self.box = None, folder, account, box  # box: a MemoryBox it runs in
+        self.peaks = {}  # lesson -> the most anonymous memory the box held while it ran (bytes; in a box)
         self.copy = pathlib.Path(account.home) / "notebooks" / folder.relative_to(NOTEBOOKS)  # where the learner has them
         self._kernel_folder = None
 
@@ -55,6 +71,9 @@ class SharedKernel:
         nb = nbformat.read(self.folder / f"{name}.ipynb", as_version=4)
         tic = time.monotonic()
         out = ARTIFACTS / self.folder.relative_to(NOTEBOOKS)
+        peak = AnonPeak(self.box) if self.box is not None else None
+        if peak is not None:
+            peak.start()
         try:
             NotebookClient(nb, km=self.km, timeout=budget, kernel_name="python3",
                            resources={"metadata": {"path": str(self.copy)}}).execute()
@@ -62,10 +81,24 @@ class SharedKernel:
             (out / "failed").mkdir(parents=True, exist_ok=True)
             nbformat.write(nb, out / "failed" / f"{name}.ipynb")
             raise
+        finally:
+            if peak is not None:
+                peak.stop.set()
+                peak.join(5)
+                self.peaks[name] = peak.peak
+                self._save_peaks(out)
         took = time.monotonic() - tic
         out.mkdir(parents=True, exist_ok=True)
         nbformat.write(nb, out / f"{name}.ipynb")
         return nb, took
+
+    def _save_peaks(self, out):
+        """The peaks so far, in MiB, beside the executed lessons (peaks.json: read after a run)."""
+        out.mkdir(parents=True, exist_ok=True)
+        path = out / "peaks.json"
+        known = json.loads(path.read_text()) if path.exists() else {}
+        known.update({name: round(b / 2**20) for name, b in self.peaks.items()})
+        path.write_text(json.dumps(dict(sorted(known.items())), indent=1))
 
     def left_running(self):
         """The kernel's descendants, but for its zygote (kept warm between pools on purpose)."""
@@ -99,9 +132,13 @@ def learner():
 
 @pytest.fixture(scope="session")
 def kernel(learner):
-    shared = SharedKernel(learner)
+    """The English edition's kernel, in a session the size of Binder's (every process it starts in a 2 GiB
+    memory cgroup): each lesson's peak is measured there."""
+    box = MemoryBox(BINDER)
+    shared = SharedKernel(learner, box=box)
     yield shared
     shared.shutdown()
+    box.remove()  # (what is left in the box is ended by pid)
 
 
 @pytest.fixture(scope="session")

@@ -18,6 +18,7 @@ NOTEBOOKS = pathlib.Path(__file__).resolve().parents[2] / "notebooks"
 LESSONS = sorted(p.stem for p in NOTEBOOKS.glob("[0-9][0-9]_*.ipynb") if not p.stem.startswith("00_"))
 IN_A_BOX = "16_other_frameworks"  # its English edition runs in a Binder-sized session instead (test_binder_box.py)
 BUDGET = 120  # seconds: a lesson runs top to bottom in at most 2 minutes on a 2-core machine
+PEAK = 1.6 * 2**30  # bytes of anonymous memory a lesson's processes may hold at once in a Binder session (2 GiB)
 CJK = re.compile(r"[\u4e00-\u9fff]")
 ALSO_IN_ZH = ("00_quickstart", "index")  # not lessons, but also in Chinese
 
@@ -43,6 +44,9 @@ def litter():
 def check_lesson(kernel, name, lang):
     before = litter()
     nb, took = kernel.run(name, BUDGET)
+    if kernel.box is not None:  # a Binder-sized session: the lesson kept well inside it (issue 45: under 1.6 GiB)
+        assert kernel.box.oom_kills() == 0, f"{name}: a process of the session was killed for memory"
+        assert kernel.peaks[name] < PEAK, f"{name}: {kernel.peaks[name] / 2**20:.0f} MiB at its peak in a Binder session"
     code = [c for c in nb.cells if c.cell_type == "code"]
     errors = [(c.source[:60], o.get("ename"), o.get("evalue")) for c in code for o in c.outputs
               if o.output_type == "error"]

@@ -239,6 +239,11 @@ class MemoryBox:
         """The most the box's processes held at once, page cache included (bytes)."""
         return int(self._read("memory.max_usage_in_bytes" if self.version == 1 else "memory.peak"))
 
+    def anon(self):
+        """The anonymous memory the box's processes hold now, page cache excluded (bytes)."""
+        key = "total_rss" if self.version == 1 else "anon"
+        return next(int(line.split()[1]) for line in self._read("memory.stat").splitlines() if line.split()[0] == key)
+
     def oom_kills(self):
         """Processes the kernel's OOM killer ended in the box."""
         text = self._read("memory.oom_control" if self.version == 1 else "memory.events")
