@@ -16,6 +16,7 @@ light: engines import it, never widget or client code.
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import datetime
 import json
 import logging
@@ -27,7 +28,7 @@ import threading
 import time
 from array import array
 from bisect import bisect_left
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from types import ModuleType
 from typing import TYPE_CHECKING, Any, SupportsFloat
 
@@ -53,6 +54,19 @@ SWEEP_EVERY = 1.0  # seconds between looks for another account's connections to 
 WHERE_AFTER = 0.5  # seconds into a cell before the telemetry thread says where the rank is (engine side: not a
 # DDPLab setting, which lives in the notebook; half a second keeps quick cells silent)
 log_ddplab = logging.getLogger("ddplab")
+
+
+def _heap_trimmer() -> Callable[[int], int] | None:
+    """glibc's malloc_trim, which gives the free pages of malloc's heaps back to the system (None where the C
+    library has none: musl, macOS). glibc keeps what torch frees for reuse: lesson 19's four ranks held 1.3 GiB
+    at its peak without a trim at each cell's end, 0.9 GiB with it (private memory, measured)."""
+    try:
+        return ctypes.CDLL(None).malloc_trim
+    except (OSError, AttributeError):
+        return None
+
+
+TRIM = _heap_trimmer()
 
 
 class Columns:
@@ -464,6 +478,8 @@ class Rank:
         self.breakpoints.end_cell()
         self.recorder.settle()  # the spans of bucket all-reduces done since the last backward
         self.sender.flush(final=True)  # so the notebook sees every point of the cell as soon as it ends
+        if TRIM is not None:  # what the cell freed goes back to the system, not kept in malloc's heaps
+            TRIM(0)  # (~0.01 ms after a trivial cell, ~10 ms after heavy churn)
 
     # ------------------------------------------------------------------ the group
     def join(self, rank: int, world_size: int, rendezvous: str, timeout: float, threads: int, telemetry: str | None = None,
