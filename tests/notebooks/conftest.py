@@ -40,7 +40,7 @@ class SharedKernel:
 
     def __init__(self, account, folder=NOTEBOOKS, box=None):
         self.km, self.folder, self.account, self.box = None, folder, account, box  # box: a MemoryBox it runs in
-        self.peaks = {}  # lesson -> the most anonymous memory the box held while it ran (bytes; in a box)
+        self.peaks = {}  # in a box: lesson -> the most anonymous memory the box held while it ran (bytes)
         self.copy = pathlib.Path(account.home) / "notebooks" / folder.relative_to(NOTEBOOKS)  # where the learner has them
         self._kernel_folder = None
 
