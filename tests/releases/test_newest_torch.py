@@ -8,11 +8,8 @@ checkout), and runs there the tests of every private torch name ddplab reads (up
 pool, and the timeline (DDP's buckets, torch.compile, FSDP2, tensor parallelism).
 """
 import fcntl
-import hashlib
-import json
 import os
 import pathlib
-import shutil
 import subprocess
 import sys
 
@@ -20,7 +17,7 @@ import pytest
 import tomllib
 from packaging.requirements import Requirement
 
-from tests.users.accounts import CACHE, _install_ddplab, _source_stamp
+from tests.users.accounts import CACHE, _install_ddplab, _source_stamp, cached_venv
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 NEWEST, OLDEST = "2.14.1", "2.13.0"  # the torch releases the suite runs on (pyproject declares the range)
@@ -32,24 +29,20 @@ def torch_env(release):
     """The python of a virtual environment with torch `release` and the current ddplab, made once (the
     wheel's 5.5 GB are copied from pip's cache on this disk) and kept; ddplab reinstalled when it changed."""
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
-    key = hashlib.sha256(json.dumps([release, project["dependencies"], sys.version]).encode()).hexdigest()[:12]
-    venv = CACHE / f"torch-{release}-{key}"
-    python = venv / "bin" / "python"
-    CACHE.mkdir(parents=True, exist_ok=True)
-    with open(CACHE / "lock-torch", "w") as lock:
+
+    def fill(python):
+        pip = [str(python), "-m", "pip", "install", "-q", "--disable-pip-version-check"]
+        done = subprocess.run([*pip, f"torch=={release}"], capture_output=True, text=True, timeout=1500)
+        if done.returncode:
+            pytest.fail(f"pip install torch=={release} failed:\n{done.stderr[-3000:]}")
+        # what the tests run with (pytest's own plugins as the suite's); nothing of ddplab's test extras
+        subprocess.run([*pip, "pytest>=8", "pytest-timeout>=2.3", "pytest-xdist>=3.5", "ipykernel>=6.29"],
+                       check=True, capture_output=True, timeout=600)
+
+    python = cached_venv(f"torch-{release}", [release, project["dependencies"], sys.version], fill)
+    venv = python.parent.parent
+    with open(CACHE / f"lock-torch-{release}", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
-        if not (venv / "made").exists():
-            for old in CACHE.glob(f"torch-{release}-*"):  # made for other dependencies
-                shutil.rmtree(old, ignore_errors=True)
-            subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, capture_output=True)
-            pip = [str(python), "-m", "pip", "install", "-q", "--disable-pip-version-check"]
-            done = subprocess.run([*pip, f"torch=={release}"], capture_output=True, text=True, timeout=1500)
-            if done.returncode:
-                pytest.fail(f"pip install torch=={release} failed:\n{done.stderr[-3000:]}")
-            # what the tests run with (pytest's own plugins as the suite's); nothing of ddplab's test extras
-            subprocess.run([*pip, "pytest>=8", "pytest-timeout>=2.3", "pytest-xdist>=3.5", "ipykernel>=6.29"],
-                           check=True, capture_output=True, timeout=600)
-            (venv / "made").touch()
         stamp = _source_stamp()
         if not (venv / "ddplab-installed").exists() or (venv / "ddplab-installed").read_text() != stamp:
             _install_ddplab(python, ["python", "-m", "pip", "install", "--no-cache-dir", "."])

@@ -260,27 +260,20 @@ def widgets7_kernels(tmp_path_factory):
     """A folder of kernel specs whose python3 is this environment with ipywidgets 7.7.1 in front: a small
     virtual environment (kept under /var/cache/ddplab-tests) holding only those, and a .pth file that puts
     this environment's packages after them."""
-    import fcntl
-    import hashlib
     import site
 
-    from tests.users.accounts import CACHE
+    from tests.users.accounts import cached_venv
 
     base = site.getsitepackages()[0]
-    venv = CACHE / f"widgets7-{hashlib.sha256(json.dumps([WIDGETS7, sys.version, base]).encode()).hexdigest()[:12]}"
-    python = venv / "bin" / "python"
-    CACHE.mkdir(parents=True, exist_ok=True)
-    with open(CACHE / "lock-widgets7", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        if not (venv / "made").exists():
-            shutil.rmtree(venv, ignore_errors=True)
-            subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, capture_output=True)
-            subprocess.run([str(python), "-m", "pip", "install", "-q", "--no-deps", *WIDGETS7], check=True,
-                           capture_output=True, timeout=300)
-            own = subprocess.run([str(python), "-c", "import site; print(site.getsitepackages()[0])"], check=True,
-                                 capture_output=True, text=True).stdout.strip()
-            pathlib.Path(own, "ddplab-test-env.pth").write_text(base + "\n")
-            (venv / "made").touch()
+
+    def fill(python):
+        subprocess.run([str(python), "-m", "pip", "install", "-q", "--no-deps", *WIDGETS7], check=True,
+                       capture_output=True, timeout=300)
+        own = subprocess.run([str(python), "-c", "import site; print(site.getsitepackages()[0])"], check=True,
+                             capture_output=True, text=True).stdout.strip()
+        pathlib.Path(own, "ddplab-test-env.pth").write_text(base + "\n")
+
+    python = cached_venv("widgets7", [WIDGETS7, sys.version, base], fill)
     found = subprocess.run([str(python), "-c", "import ipywidgets, ipykernel, torch; print(ipywidgets.__version__)"],
                            capture_output=True, text=True, timeout=120)
     assert found.stdout.strip() == "7.7.1", found.stdout + found.stderr

@@ -137,6 +137,25 @@ def user_env():
     return python
 
 
+def cached_venv(name, key, fill):
+    """The python of a virtual environment CACHE/NAME-<hash of key>, made from this Python once (fill(python)
+    puts its packages in) and kept between runs; one made for another key is removed."""
+    import fcntl
+
+    venv = CACHE / f"{name}-{hashlib.sha256(json.dumps(key).encode()).hexdigest()[:12]}"
+    python = venv / "bin" / "python"
+    CACHE.mkdir(parents=True, exist_ok=True)
+    with open(CACHE / f"lock-{name}", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not (venv / "made").exists():
+            for old in CACHE.glob(f"{name}-*"):
+                shutil.rmtree(old, ignore_errors=True)
+            subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, capture_output=True)
+            fill(python)
+            (venv / "made").touch()
+    return python
+
+
 def _source_stamp():
     """What ddplab's install depends on in this checkout, as a hash."""
     digest = hashlib.sha256()
