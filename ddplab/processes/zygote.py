@@ -493,6 +493,16 @@ def held() -> int:
         return 0
 
 
+def stop_idle_zygotes() -> int:
+    """Stop the zygotes no running pool forks from (each holds torch imported, ~210 MiB); how many. A local
+    pool started later starts one again, cold (as at %load_ext)."""
+    with _zygote_lock:
+        idle = [key for key, z in _zygotes.items() if not z.pools]
+        for key in idle:
+            _zygotes.pop(key).stop()
+    return len(idle)
+
+
 @atexit.register
 def stop_zygote() -> None:
     with _zygote_lock:

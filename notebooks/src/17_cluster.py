@@ -327,13 +327,17 @@ print(f"rank={rank} loss={loss.item()!r}")
 work = tempfile.TemporaryDirectory(prefix="ddplab-lesson17-")  # removed with the kernel (or %reset)
 script = work.name + "/train.py"
 %ddp_export {script}
+notebook_output = "".join(lab().last_result.stdout)       # the ranks' last lines, for torchrun's to match
+%ddp_stop
 text = open(script).read()
 print(text[:text.index("# --- cell 2")].rstrip())        # the script's start and its first cell
 
 # %% [markdown]
 # The script forms the group from torchrun's environment, defines `rank`, `world_size`, `torch`,
 # `dist`, `nn` and `ddplab` as the notebook's ranks had them (`ddplab.log` keeps its points in
-# memory), and sets the same threads per rank.
+# memory), and sets the same threads per rank. The notebook's ranks are stopped first (their last
+# lines kept): torchrun starts 4 new Pythons, each importing torch, and a Binder session has 2 GiB
+# for all of them.
 #
 # **What torchrun gives each process.** The script starts with `dist.init_process_group("gloo")`:
 # no address, no rank, no world size. With no `init_method`, `init_process_group` takes all of
@@ -345,7 +349,7 @@ print(text[:text.index("# --- cell 2")].rstrip())        # the script's start an
 # started.
 
 # %% [markdown] lang=zh
-# 这个脚本根据 torchrun 设置的环境变量组建进程组，像 notebook 里的各个 rank 一样定义好 `rank`、`world_size`、`torch`、`dist`、`nn` 和 `ddplab`（`ddplab.log` 把数据点保存在内存中），并为每个 rank 设置相同的线程数。
+# 这个脚本根据 torchrun 设置的环境变量组建进程组，像 notebook 里的各个 rank 一样定义好 `rank`、`world_size`、`torch`、`dist`、`nn` 和 `ddplab`（`ddplab.log` 把数据点保存在内存中），并为每个 rank 设置相同的线程数。notebook 的 rank 先停掉了（保留了它们最后打印的几行）：torchrun 要启动 4 个新的 Python，每个都导入 torch，而一个 Binder 会话总共只有 2 GiB 内存。
 #
 # **torchrun 给了每个进程什么。** 脚本以 `dist.init_process_group("gloo")` 开头：没有地址，没有 rank，也没有 world size。不指定 `init_method` 时，`init_process_group` 从环境变量中读取所有这些信息（即 `env://` 方式）。用 4 个进程运行它，相当于在终端里执行 `torchrun --standalone --nproc_per_node 4 train.py`（`--standalone` 表示单机运行；torchrun 自己找一个空闲端口，作为各进程的会合点）。在 notebook 里，`torchrun` 就是用 notebook 自己的 Python 执行 `python -m torch.distributed.run`，这正是 `torchrun` 命令实际运行的东西。`launch` 最多等它 120 秒，超时就结束它以及它启动的所有进程。
 
@@ -445,7 +449,7 @@ assert hand_code != 0 and "MASTER_ADDR" in error
 
 # %%
 loss_line = r"rank=(\d) loss=([-+0-9.e]+)"
-notebook_losses = {int(r): v for r, v in re.findall(loss_line, "".join(lab().last_result.stdout))}
+notebook_losses = {int(r): v for r, v in re.findall(loss_line, notebook_output)}
 script_losses = {int(r): v for r, v in re.findall(loss_line, out)}
 print(say("notebook:", "notebook："), notebook_losses)
 print("torchrun:", dict(sorted(script_losses.items())))
