@@ -375,6 +375,9 @@ def ipc_urls_as_clients_build_them():
 
 def main(argv=None):
     gc.disable()  # no collection leaves freed holes in pages the forks share (Python's gc docs: fork)
+    from ..shared.system import OOM_HELPER, offer_to_oom_killer
+
+    offer_to_oom_killer(OOM_HELPER)  # out of memory, it and its forks go before the notebook (ranks first: join)
     argv = argv or sys.argv[1:]
     workdir = argv[0]
     requests, replies = sys.stdin, sys.stdout

@@ -33,6 +33,7 @@ from types import ModuleType
 from typing import TYPE_CHECKING, Any, SupportsFloat
 
 from ..shared import upstream, wire
+from ..shared.system import OOM_RANK, offer_to_oom_killer
 from .breakpoints import Breakpoints
 from .probe import Probe
 from .recorder import Recorder, memory
@@ -532,6 +533,7 @@ class Rank:
 
         torch.set_num_threads(threads)
         fix_mmap_threshold()
+        offer_to_oom_killer(OOM_RANK)  # out of memory, a rank goes first: the notebook's kernel holds the learner's work
         if ifname:
             os.environ["GLOO_SOCKET_IFNAME"] = ifname  # gloo reads it when the group is made
         stale = self._bound_to_old_group() if "torch.nn.parallel" in sys.modules else []  # DDP ever used here

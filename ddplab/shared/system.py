@@ -1,4 +1,5 @@
 """What ddplab needs to know about this machine and its processes."""
+import logging
 import os
 import signal
 import time
@@ -188,3 +189,20 @@ def exit_reason(code: int | None) -> str:
                 "SIGFPE": "crashed: arithmetic error", "SIGKILL": "was killed"}.get(name, "was ended")
         return f"its engine {what} ({name})"
     return f"its engine exited with code {code}"
+
+
+# what the OOM killer adds to a process's score (oom_score_adj, -1000..1000): where a session runs out of memory it
+# takes a rank (said as "killed for memory", with what fits) or the idle zygote before the notebook's kernel, which
+# holds the learner's work. Any process may raise its own; lowering it again needs CAP_SYS_RESOURCE.
+OOM_RANK, OOM_HELPER = 500, 200
+
+
+def offer_to_oom_killer(adj: int) -> None:
+    """Raise this process's oom_score_adj to `adj` (where /proc has it: Linux)."""
+    try:
+        with open("/proc/self/oom_score_adj", "r+") as f:
+            if int(f.read() or 0) < adj:
+                f.seek(0)
+                f.write(str(adj))
+    except (OSError, ValueError):
+        logging.getLogger("ddplab").debug("oom_score_adj not raised to %d", adj, exc_info=True)

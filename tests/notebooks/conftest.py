@@ -16,7 +16,7 @@ import psutil
 import pytest
 from nbclient import NotebookClient
 
-from tests.users.accounts import Account, MemoryBox, account_env, user_env, user_kernel, wait_until
+from tests.users.accounts import SYSTEM_PYTHON, Account, MemoryBox, account_env, scripts, user_env, user_kernel, wait_until
 
 NOTEBOOKS = pathlib.Path(__file__).resolve().parents[2] / "notebooks"
 ARTIFACTS = pathlib.Path(__file__).resolve().parent / "artifacts"
@@ -38,15 +38,16 @@ class AnonPeak(threading.Thread):
 class SharedKernel:
     """A kernel, run as `account`, that runs notebook after notebook, each from a reset namespace."""
 
-    def __init__(self, account, folder=NOTEBOOKS, box=None):
+    def __init__(self, account, folder=NOTEBOOKS, box=None, launcher=()):
         self.km, self.folder, self.account, self.box = None, folder, account, box  # box: a MemoryBox it runs in
+        self.launcher = launcher  # what the kernel's command starts with, as the account (user_kernel)
         self.peaks = {}  # in a box: lesson -> the most anonymous memory the box held while it ran (bytes)
         self.copy = pathlib.Path(account.home) / "notebooks" / folder.relative_to(NOTEBOOKS)  # where the learner has them
         self._kernel_folder = None
 
     def _ensure(self):
         if self.km is None or not self.km.is_alive():
-            self.km, self._kernel_folder = user_kernel(self.account, user_env(), box=self.box)
+            self.km, self._kernel_folder = user_kernel(self.account, user_env(), box=self.box, launcher=self.launcher)
             session = str(self.copy / "lesson.ipynb")  # jupyter_server sets it to the notebook's path
             # DDPLAB_CHECK_EXERCISES: each unanswered check(...) makes sure its judge accepts the solution
             # and rejects a typical mistake on this very run (ddplab/lessons/exercises)
@@ -132,13 +133,16 @@ def learner():
 
 @pytest.fixture(scope="session")
 def kernel(learner):
-    """The English edition's kernel, in a session the size of Binder's (every process it starts in a 2 GiB
-    memory cgroup): each lesson's peak is measured there."""
-    box = MemoryBox(BINDER)
-    shared = SharedKernel(learner, box=box)
+    """The English edition's kernel, in a session the size of Binder's: every process it starts in a 2 GiB
+    memory cgroup (each lesson's peak is measured there), and refused user namespaces, as Binder's and
+    Docker's containers refuse them (tests/users/nouserns.py: the pools share the machine's network and
+    guard it as they do there)."""
+    box, folder = MemoryBox(BINDER), scripts()
+    shared = SharedKernel(learner, box=box, launcher=(SYSTEM_PYTHON, "-I", folder / "nouserns.py", "--"))
     yield shared
     shared.shutdown()
     box.remove()  # (what is left in the box is ended by pid)
+    shutil.rmtree(folder)
 
 
 @pytest.fixture(scope="session")

@@ -25,6 +25,10 @@ CELLS = [
     "import ddplab\n"
     "print('RUNNING', ddplab._magics[id(get_ipython())].lab)",
     "%ddp_start 2",
+    # out of memory, the OOM killer is to take a rank before the notebook's kernel (which holds the learner's work)
+    "%%ddp\nimport os\nprint('ADJ', open('/proc/self/oom_score_adj').read().strip())\n"
+    "if rank == 0:\n    print('ZYGOTE', open(f'/proc/{os.getppid()}/oom_score_adj').read().strip())",
+    "print('KERNEL', open('/proc/self/oom_score_adj').read().strip())",
     # rank 1 writes 2.5 GiB: the OOM killer ends it (the largest process of the session)
     "%%ddp --expect RankFailed\n"
     "if rank == 1:\n"
@@ -52,9 +56,10 @@ def test_a_one_gib_hub_says_what_fits_and_names_a_rank_killed_for_memory(learner
     refused = out[1]
     assert "REFUSED 8 ranks need about" in refused and "free of its 1.00 GiB" in refused, refused
     assert "fits, or %ddp_start 8 --force starts them anyway" in refused and "RUNNING None" in refused, refused
-    failed = out[3]
+    assert out[3].count("ADJ 500") == 2 and "ZYGOTE 200" in out[3] and "KERNEL 0" in out[4], out[3:5]
+    failed = out[5]
     assert killed >= 1, "nothing was killed for memory: the test's rank did not outgrow the session"
     assert "killed for memory (the kernel's OOM killer): this session may use 1.00 GiB" in failed, failed
     assert "the kernel's OOM killer ended rank 1" in failed and "%ddp_start" in failed, failed
-    assert "SUM 3" in out[5], out[5]
+    assert "SUM 3" in out[7], out[7]
     print(refused.strip(), failed.strip(), f"(OOM kills in the box: {killed})", sep="\n")
