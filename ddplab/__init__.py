@@ -76,6 +76,8 @@ def __getattr__(name: str) -> Any:
         return getattr(importlib.import_module("ddplab.rank"), name)
     if name == "checkpoint":
         return importlib.import_module("ddplab.rank.checkpoint")
+    if name == "classroom":
+        return importlib.import_module("ddplab.classroom")
     raise AttributeError(f"module 'ddplab' has no attribute {name!r}")
 
 

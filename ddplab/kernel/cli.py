@@ -1,4 +1,5 @@
-"""Command line: `ddplab demo` trains a small model with DDP on a local pool, headless."""
+"""Command line: `ddplab demo` trains a small model with DDP on a local pool, headless; `ddplab class
+create DIR` makes a class folder; `ddplab report --out DIR` writes a learner's report to hand in."""
 import argparse
 import sys
 import time
@@ -50,6 +51,31 @@ def demo(ranks: int | None = None, steps: int = 200, batch: int = 64) -> int:
     return 0 if same else 1
 
 
+def class_create(folder: str, learners_group: str | None = None) -> int:
+    """Make the class folder and say how learners join it."""
+    from .classroom import create_class, group_sharers
+
+    path = create_class(folder, learners_group)
+    print(f"class folder {path} made (mode 3733: learners add their own file, nobody else can list it); each learner "
+          f"joins it in a notebook with ddplab.classroom.join({str(path)!r}, 'their name'), and you read it with "
+          f"ddplab.classroom.Class({str(path)!r})")
+    sharers = group_sharers(path)
+    if sharers:
+        shown = ", ".join(sharers[:5]) + (f" and {len(sharers) - 5} more" if len(sharers) > 5 else "")
+        print(f"note: the folder's group (your primary group) also has {shown}: they could read a learner's file if "
+              "they learned its random name; a group of your own is safer (chgrp the folder)")
+    return 0
+
+
+def report(out: str, record: str | None = None, lang: str = "en") -> int:
+    """Write the learner's report from the own record."""
+    from .classroom import write_report
+
+    folder = write_report(out, record, lang)
+    print(f"wrote report.md, report.json and results.json (Gradescope's) to {folder}")
+    return 0
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="ddplab", description="Interactive PyTorch DDP on CPU.")
     parser.add_argument("--version", action="version", version=f"ddplab {__version__}")
@@ -58,10 +84,24 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--ranks", type=int, default=None, help="number of ranks (default: from the cores, at most 4)")
     p.add_argument("--steps", type=int, default=200, help="training steps (default 200)")
     p.add_argument("--batch", type=int, default=64, help="batch size per rank (default 64)")
+    c = sub.add_parser("class", help="a class folder: learners' predictions and answers, for the teacher")
+    class_sub = c.add_subparsers(dest="class_command", required=True)
+    create = class_sub.add_parser("create", help="make a class folder learners can add to but not list (mode 3733)")
+    create.add_argument("dir", help="the folder to make (new, or empty and yours)")
+    create.add_argument("--learners-group", default=None,
+                        help="the Unix group of the class's learners: files of anyone else are skipped when read")
+    r = sub.add_parser("report", help="write your report to hand in: report.md, report.json and Gradescope's results.json")
+    r.add_argument("--out", required=True, help="the folder to write the report to (made if missing)")
+    r.add_argument("--record", default=None, help="your record (default ~/.ddplab/record.jsonl)")
+    r.add_argument("--lang", choices=("en", "zh"), default="en", help="the report's language (default en)")
     args = parser.parse_args(argv)
-    if args.steps < 1 or args.batch < 1:
+    if args.command == "demo" and (args.steps < 1 or args.batch < 1):
         parser.error("--steps and --batch must be at least 1")
     try:
+        if args.command == "class":
+            return class_create(args.dir, args.learners_group)
+        if args.command == "report":
+            return report(args.out, args.record, args.lang)
         return demo(args.ranks, args.steps, args.batch)
     except DDPLabError as exc:
         print(f"ddplab: {exc}", file=sys.stderr)

@@ -449,4 +449,43 @@ ZH: dict[str, str] = {
     "the kernel's OOM killer ended {lost}: %ddp_restart may run out of memory again; close other notebooks "
     "(their kernels hold memory) first":
         "内核的 OOM killer 终止了 {lost}：%ddp_restart 之后可能再次耗尽内存；请先关掉其他笔记本（它们的内核占着内存）",
+    # --- classroom.py: the report a learner hands in
+    "ddplab report: {learner}":
+        "ddplab 报告：{learner}",
+    "Written {when}. {right} of {n} exercises right, {p} predictions.":
+        "写于 {when}。{n} 道练习中答对 {right} 道，预测 {p} 次。",
+    "Lesson {n}":
+        "第 {n} 课",
+    "Exercises":
+        "练习",
+    "Exercise":
+        "练习",
+    "Exercise {key}":
+        "练习 {key}",
+    "Attempts":
+        "尝试次数",
+    "Result":
+        "结果",
+    "Your answers":
+        "你的答案",
+    "right":
+        "正确",
+    "not yet right":
+        "还不对",
+    "right; attempts: {n}":
+        "正确；尝试次数：{n}",
+    "not yet right; attempts: {n}":
+        "还不对；尝试次数：{n}",
+    "Predictions":
+        "预测",
+    "Prediction":
+        "预测",
+    "You predicted":
+        "你的预测",
+    "Measured":
+        "实测",
+    "Difference":
+        "差值",
+    "Relative difference":
+        "相对差值",
 }
