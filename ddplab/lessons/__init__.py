@@ -49,6 +49,21 @@ def check(key, answer=..., **run):
     return judge(key, answer, **run)
 
 
+def predict(key, answer=...):
+    """Commit your prediction for measurement `key` before the cell that measures it
+    (ddplab.lessons.predict: that cell shows it beside what was measured)."""
+    from .prediction import predict as commit
+
+    return commit(key, answer)
+
+
+def reveal(key, measured, unit="", right=None):
+    """In the cell that measures `key`: your prediction beside the measurement, and how far apart."""
+    from .prediction import reveal as show
+
+    return show(key, measured, unit, right)
+
+
 FRAMEWORKS = {"tensorflow": "TensorFlow", "jax": "JAX"}  # what lesson 16 runs beside torch (the frameworks extra)
 INSTALL_FRAMEWORKS = 'pip install "ddplab[frameworks]"'
 

@@ -109,6 +109,9 @@ def check(key, answer=..., **run):
         return False
     mark = ("Right", "正确") if verdict.ok else ("Not yet", "还不对")
     print(say(f"Exercise {key} · {mark[0]}. {verdict.en}", f"练习 {key} · {mark[1]}。{verdict.zh}"))
+    from ..prediction import recorded_check
+
+    recorded_check(key, answer, verdict.ok, say(verdict.en, verdict.zh))  # the learner's record (and class's)
     return verdict.ok
 
 
