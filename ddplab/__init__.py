@@ -40,7 +40,7 @@ if TYPE_CHECKING:  # what the lazy names below are, for type checkers (nothing i
     from .shared.errors import RankLost as RankLost
     from .shared.errors import StartFailed as StartFailed
 
-__version__ = "0.1.0"
+from .shared.version import VERSION as __version__  # noqa: E402 - (the one place it is written)
 
 logging.getLogger("ddplab").addHandler(logging.NullHandler())  # the application decides what is shown
 
@@ -96,6 +96,7 @@ def load_ipython_extension(shell: "InteractiveShell") -> None:
     zygote()  # then at once: the fork server imports torch in the background while the rest loads and the user reads
     from .kernel.inspect_magics import DDPInspectMagics
     from .kernel.magics import DDPMagics
+    from .lessons.class_magics import DDPClassMagics
 
     show_log(settings.log_level)  # ddplab's own decisions, at DDPLab.log_level and above
     if settings not in shell.configurables:
@@ -103,7 +104,7 @@ def load_ipython_extension(shell: "InteractiveShell") -> None:
     magics = DDPMagics(shell)
     inspect = DDPInspectMagics(shell)
     inspect.pool = magics  # they look into the pool it makes
-    shell.register_magics(magics, inspect)
+    shell.register_magics(magics, inspect, DDPClassMagics(shell))
     _magics[id(shell)] = magics
 
 

@@ -31,26 +31,11 @@ from .kernel.classroom import (
     write_report,
 )
 from .kernel.classroom import Class as _Class
+from .lessons.exercises import lesson_exercises
 
 __all__ = ["COLUMNS", "KINDS", "Class", "ClassMembership", "ClassroomError", "LearnerRecord", "Skipped",
            "create_class", "join", "leave", "lesson_exercises", "make_event", "membership", "note", "parse_event",
            "record", "write_report"]
-
-
-def lesson_exercises() -> dict[int, list[str]]:
-    """Each lesson's exercises, from ddplab.lessons.exercises: {4: ["4.1", "4.2", ...], ...}."""
-    import importlib
-    import pkgutil
-
-    from .lessons import exercises
-
-    for module in pkgutil.iter_modules(exercises.__path__):
-        if module.name.startswith("lesson"):
-            importlib.import_module(f"{exercises.__name__}.{module.name}")
-    found: dict[int, list[str]] = {}
-    for key in exercises.EXERCISES:
-        found.setdefault(int(key.split(".")[0]), []).append(key)
-    return {lesson: sorted(keys, key=lambda k: int(k.split(".")[1])) for lesson, keys in sorted(found.items())}
 
 
 class Class(_Class):

@@ -1234,3 +1234,18 @@ def write_report(out_dir: str | os.PathLike[str], record: LearnerRecord | str | 
         raise ClassroomError(f"the report cannot be written in {folder} ({exc.strerror}): choose a folder you can "
                              "write") from None
     return folder
+
+
+def join_configured() -> None:
+    """c.DDPLab.class_folder: join that class (as DDPLab.class_name, else the account's name) before the first
+    record, unless this learner is in a class already. Said in the log, never raised, if it cannot be."""
+    from ..shared.config import tunables
+
+    folder = tunables().class_folder
+    if not folder:
+        return
+    try:
+        if membership() is None:
+            join(folder, tunables().class_name or default_name())
+    except (OSError, ClassroomError) as exc:
+        log.warning("DDPLab.class_folder = %r: not joined (%s)", folder, exc)

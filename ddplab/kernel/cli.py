@@ -5,8 +5,8 @@ import sys
 import time
 from collections.abc import Sequence
 
-from .. import __version__
 from ..shared.errors import DDPLabError, RankFailed
+from ..shared.version import VERSION
 
 DEMO_CELL = """\
 from ddplab.workloads import train_ddp
@@ -78,7 +78,7 @@ def report(out: str, record: str | None = None, lang: str = "en") -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="ddplab", description="Interactive PyTorch DDP on CPU.")
-    parser.add_argument("--version", action="version", version=f"ddplab {__version__}")
+    parser.add_argument("--version", action="version", version=f"ddplab {VERSION}")
     sub = parser.add_subparsers(dest="command", required=True)
     p = sub.add_parser("demo", help="train a small MLP with DDP on a local pool and print per-rank progress")
     p.add_argument("--ranks", type=int, default=None, help="number of ranks (default: from the cores, at most 4)")

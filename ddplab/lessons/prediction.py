@@ -31,20 +31,21 @@ _committed: dict[str, Prediction] = {}  # this kernel's latest prediction per ke
 
 def _note(kind, key, answer=None, ok=None, measured=None, reason=None):
     """Keep the event in the learner's record; a record that cannot be written is said once, never fatal."""
-    from ..kernel.classroom import note
+    from ..kernel.classroom import join_configured, note
 
+    join_configured()  # (c.DDPLab.class_folder: joined before the first record)
     try:
         warning = note(kind, key, answer, ok, measured=measured, reason=reason)
     except ValueError as exc:  # (an event that is not one: the key or the answer; the lesson goes on)
         log.warning("not recorded: %s", exc)
         return None
-    if warning and not _note.warned:
-        _note.warned = True
+    if warning and not _warned:
+        _warned.append(warning)
         print(say(f"(ddplab: {warning})", f"（ddplab：{warning}）"))
     return warning
 
 
-_note.warned = False
+_warned: list[str] = []  # the record could not be written: said once a kernel
 
 
 def _attempts(key):

@@ -45,6 +45,9 @@ class DDPLab(SingletonConfigurable):
     dashboard = Bool(True, help="Show the live dashboard in notebooks; %ddp_start --no-dashboard.").tag(config=True)
     widgets = Bool(True, help="Draw the live dashboard with ipywidgets where they render (ipywidgets 8, not in Colab); "
                               "False: as HTML updated in place, as in Colab, at most once a second.").tag(config=True)
+    class_folder = Unicode(help="A class folder your teacher made (`ddplab class create DIR`): your predictions and "
+                                "checked answers are added to it, as after %ddp_class join DIR.").tag(config=True)
+    class_name = Unicode(help="The name your teacher sees with class_folder (default: your account's).").tag(config=True)
     start_timeout = Float(120.0, help="Seconds a pool may take to start before ddplab gives up.").tag(config=True)
 
     # --- how often things happen

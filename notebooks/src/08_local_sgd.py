@@ -43,7 +43,7 @@
 
 # %%
 %load_ext ddplab
-from ddplab.lessons import check, draw, knobs, say
+from ddplab.lessons import check, draw, knobs, predict, reveal, say
 
 # %%
 %ddp_start 4
@@ -160,6 +160,17 @@ runs = {"DDP": train_ddp()}
 #
 # 平均器是在 Python 中调用 `dist.all_reduce` 的，所以 `ddplab.lessons.ranks` 中的 `AllReduceCounter` 能统计其 `with` 块内每次 all-reduce 的字节数。
 
+# %% [markdown]
+# **Predict, then run.** Per step, does local SGD learn as well as DDP? Take the training loss over
+# the last 20 of the 240 steps (the mean of the 4 ranks). Predict the loss of local SGD with period
+# 16 as a multiple of DDP's loss: 1 means just as good, 2 means twice DDP's loss.
+
+# %% [markdown] lang=zh
+# **先预测，再运行。** 按步数算，本地 SGD 学得和 DDP 一样好吗？取 240 步中最后 20 步的训练损失（4 个 rank 的平均）。预测周期为 16 的本地 SGD 的这个损失是 DDP 的多少倍：1 表示一样好，2 表示是 DDP 损失的两倍。
+
+# %%
+predict("8.loss_p16", ...)    # period 16's loss over the last 20 steps, as a multiple of DDP's (1 = as good)
+
 # %%
 %%ddp
 from torch.distributed.algorithms.model_averaging.averagers import PeriodicModelAverager
@@ -246,6 +257,7 @@ for n in names:
               f"{label[n]}：{sent[n] / 1e6:.2f} MB{share}，损失 {early[n]:.2f} -> {late[n]:.2f}"
               f"（前 20 步与后 20 步），测试准确率 {runs[0][n]['accuracy']:.1%}"))
 print(say("DDP: the largest spread across ranks at any step was 0.0", "DDP：任何一步各 rank 之间的最大差异都是 0.0"))
+reveal("8.loss_p16", float(late["local SGD, period 16"] / late["DDP"]), unit=say("× DDP's loss", "× DDP 的损失"))
 
 # %% [markdown]
 # ## How far apart do the copies drift?

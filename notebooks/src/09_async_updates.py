@@ -41,7 +41,7 @@
 
 # %%
 %load_ext ddplab
-from ddplab.lessons import check, draw, say
+from ddplab.lessons import check, draw, predict, reveal, say
 
 # %%
 %ddp_start 4
@@ -149,6 +149,17 @@ ddp = train_ddp()
 # 服务器用 `dist.recv` 接收**最先发来的那个 worker** 的消息（不指定 `src` 的 `dist.recv` 会返回发送者的 rank），立即应用这个梯度（动量 0.9、学习率 0.05 的 SGD，与 `torch.optim.SGD` 做的更新相同），再把当前参数发回给这个 worker。谁也不等谁。但在某个 worker 计算期间，服务器可能已经应用了其他 worker 的梯度：这个 worker 的梯度就**陈旧**了。它的**陈旧度**（staleness）等于服务器应用该梯度时的版本号减去计算该梯度时所用参数的版本号；0 表示新鲜，就像同步 SGD 那样。
 #
 # 我们让 rank 3 成为一台较慢（或较忙）的机器：它每算一个梯度要多花 10 毫秒。服务器在收到 960 个各含 32 个样本的梯度后停止（与 DDP 那次训练的样本数相同），不管这些梯度来自谁；之后收到的每条消息，它都以版本号 −1 回复，意思是“停止”。
+
+# %% [markdown]
+# **Predict, then run.** Two fast workers and the slow rank 3 share the server. Predict the mean
+# staleness of rank 3's gradients: how many updates, on average, the server applied between sending
+# rank 3 its parameters and applying the gradient rank 3 computed on them.
+
+# %% [markdown] lang=zh
+# **先预测，再运行。** 两个快的 worker 和慢的 rank 3 共用这个服务器。预测 rank 3 的梯度的平均陈旧度：从服务器把参数发给 rank 3，到它应用 rank 3 在这些参数上算出的梯度，服务器平均应用了多少次更新。
+
+# %%
+predict("9.stale_slow", ...)    # the mean staleness of rank 3's gradients, in updates
 
 # %%
 %%ddp
@@ -264,6 +275,7 @@ for w in (1, 2, 3):
               f"{mean_stale[w]:.1f} on average, at most {max(s for _, s in stale[w])}",
               f"rank {w}{'（慢）' if w == 3 else ''}：960 个梯度中的 {count[w]} 个，陈旧度平均 {mean_stale[w]:.1f}，"
               f"最大 {max(s for _, s in stale[w])}"))
+reveal("9.stale_slow", float(mean_stale[3]), unit=say("updates", "次更新"))
 for n in ("DDP", "async"):
     shown = "DDP" if n == "DDP" else name_async
     print(say(f"{shown}: {seconds[n]:.1f} s training, loss {early[n]:.2f} -> {late[n]:.2f}, test accuracy {accuracy[n]:.1%}",

@@ -44,7 +44,7 @@
 
 # %%
 %load_ext ddplab
-from ddplab.lessons import check, draw, knobs, say
+from ddplab.lessons import check, draw, knobs, predict, reveal, say
 
 # %%
 %ddp_start 4
@@ -109,6 +109,17 @@ def work(n):
 # 下一个单元格在**后台**训练（`%%ddp --background` 立即返回，仪表盘继续实时更新）`SECONDS` 秒。它下面的滑块在每个 rank 上设置 `slow`，但只有 rank 2 会照着做。在训练进行时拖动滑块，观察仪表盘：**四个** rank 的样本/秒一起下降。rank 0、1、3 本身并没有变慢，它们只是在每次 all-reduce 时等待 rank 2。
 #
 # 与第 8 课的平均周期不同，这个旋钮不会改变各 rank 调用哪些集合通信，所以新值到达哪个 rank，那个 rank 就可以随时照着做。各 rank 必须一致的是何时停止：每 10 步，rank 0 广播一次它的时钟是否显示时间已到。
+
+# %% [markdown]
+# **Predict, then run.** Two seconds into the run the notebook sets `slow` to 3: rank 2's work per
+# step goes from 16 ms to 64 ms; the other ranks' work stays 16 ms. Predict rank 0's samples/s after
+# that, as a percentage of its samples/s before (100 % = unchanged).
+
+# %% [markdown] lang=zh
+# **先预测，再运行。** 训练开始 2 秒后，notebook 会把 `slow` 设为 3：rank 2 每步的工作量从 16 毫秒变为 64 毫秒；其他 rank 的工作量仍是 16 毫秒。预测此后 rank 0 的样本/秒是之前的百分之多少（100% 表示不变）。
+
+# %%
+predict("10.rank0_kept", ...)    # rank 0's samples/s after rank 2 slowed (slow = 3), in % of before
 
 # %%
 %%ddp --background
@@ -176,6 +187,7 @@ after = [rate(p, t_slow + 0.2, p.array("time").max()) for p in per_rank]
 for r in range(4):
     print(say(f"rank {r}: {before[r]:6,.0f} samples/s before, {after[r]:6,.0f} after rank 2 slowed ({after[r] / before[r]:.0%})",
               f"rank {r}：rank 2 变慢前 {before[r]:6,.0f} 样本/秒，之后 {after[r]:6,.0f}（{after[r] / before[r]:.0%}）"))
+reveal("10.rank0_kept", float(100 * after[0] / before[0]), unit="%")
 assert t_slow > 0.5 and all(a < 0.75 * b for a, b in zip(after, before)), (before, after)   # everyone held back
 assert max(after) < 1.1 * min(after), after                                                  # in lockstep
 bins = np.arange(0, h.array("time").max(), 0.5)

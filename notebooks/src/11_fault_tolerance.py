@@ -43,7 +43,7 @@
 
 # %%
 %load_ext ddplab
-from ddplab.lessons import check, draw, say
+from ddplab.lessons import check, draw, predict, reveal, say
 
 # %%
 %ddp_start 4
@@ -332,6 +332,24 @@ print("optimizer:", sorted(state["optimizer"]), "momentum_buffer:",
 # %% [markdown] lang=zh
 # 运行它。这一次训练被包在 `try`/`except` 里，仿佛这样就能处理故障：捕获到异常的 rank 记下异常的内容，然后在同一个进程组上再试一次集合通信。这个单元格注定会失败，因为 rank 2 丢失了：`%%ddp --expect RankLost` 把 ddplab 对这次失败的报告作为预期的结果显示出来，而不是抛出错误。注意看仪表盘：rank 2 变为*丢失*，而 rank 0、1、3 正在第 36 步的 all-reduce 中等待 rank 2 的梯度，它们很快就收到错误（等待了多久，下面会打印出来），而不是等到进程组超时。
 
+# %% [markdown]
+# **Predict, then run.** Rank 2 dies at step 35. What happens to the one more `all_reduce` that
+# ranks 0, 1 and 3 try on the same group in their `except` clause? Answer with a letter:
+#
+# - (a) it works: ranks 0, 1 and 3 carry on as a group of three
+# - (b) it fails too: a group that has lost a rank cannot be used again
+# - (c) it never runs: ranks 0, 1 and 3 catch no exception
+
+# %% [markdown] lang=zh
+# **先预测，再运行。** rank 2 在第 35 步死掉。rank 0、1、3 在各自的 `except` 子句里，还会在同一个进程组上再试一次 `all_reduce`，这一次会怎样？请写一个字母：
+#
+# - (a) 成功：rank 0、1、3 作为一个三人组继续下去
+# - (b) 同样失败：一个失去了成员的进程组不能再用了
+# - (c) 根本不会运行：rank 0、1、3 捕获不到任何异常
+
+# %%
+predict("11.retry", ...)    # a letter: "a", "b" or "c"
+
 # %%
 %%ddp --expect RankLost
 import time
@@ -411,6 +429,9 @@ for r in range(4):
               f"        then, on the same group: {retried[r]}",
               f"rank {r} 在第 {max(row['step'] for row in crashed)} 步之后 {waited:.1f} 秒捕获到：{caught[r]}\n"
               f"        然后在同一个进程组上再试：{retried[r]}"))
+outcome = ("c" if not all(caught[r] for r in (0, 1, 3))                # what the run says of 11.retry
+           else "a" if any(retried[r] == "worked" for r in (0, 1, 3)) else "b")
+reveal("11.retry", outcome)
 assert caught[2] is None and all(caught[r] and retried[r] and retried[r] != "worked" for r in (0, 1, 3))
 
 # %% [markdown]

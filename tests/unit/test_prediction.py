@@ -3,7 +3,7 @@ import json
 
 import pytest
 
-from ddplab.lessons import check, prediction, predict, reveal
+from ddplab.lessons import check, predict, prediction, reveal
 
 
 @pytest.fixture

@@ -83,6 +83,19 @@ def find(key):
     return EXERCISES[key]
 
 
+def lesson_exercises():
+    """Each lesson's exercises, every lesson's judges loaded: {4: ["4.1", "4.2", ...], ...}."""
+    import pkgutil
+
+    for module in pkgutil.iter_modules(__path__):
+        if module.name.startswith("lesson"):
+            importlib.import_module(f"{__name__}.{module.name}")
+    found = {}
+    for key in EXERCISES:
+        found.setdefault(int(key.split(".")[0]), []).append(key)
+    return {lesson: sorted(keys, key=lambda k: int(k.split(".")[1])) for lesson, keys in sorted(found.items())}
+
+
 def self_check(ex, run):
     """The judge accepts the solution and rejects the typical mistake, on this run."""
     good, bad = ex.solution(run), ex.mistake(run)
