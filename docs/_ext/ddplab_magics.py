@@ -99,8 +99,10 @@ class Magics(SphinxDirective):
         import ddplab
         from ddplab.kernel.inspect_magics import DDPInspectMagics
         from ddplab.kernel.magics import DDPMagics
+        from ddplab.lessons.class_magics import DDPClassMagics
 
-        for cls in (DDPMagics, DDPInspectMagics):
+        kinds = (DDPMagics, DDPInspectMagics, DDPClassMagics)
+        for cls in kinds:
             self.env.note_dependency(inspect.getsourcefile(cls))
         out = []
         for name, fn in (("load_ext", ddplab.load_ipython_extension), ("unload_ext", ddplab.unload_ipython_extension)):
@@ -109,7 +111,7 @@ class Magics(SphinxDirective):
             section += blocks(doc[:1].upper() + doc[1:])
             out.append(section)
         magics = []
-        for order, cls in enumerate((DDPMagics, DDPInspectMagics)):  # in the order of their sources
+        for order, cls in enumerate(kinds):  # in the order of their sources
             for kind, table in cls.magics.items():
                 for magic, method in table.items():
                     fn = getattr(cls, method)
