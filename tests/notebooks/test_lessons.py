@@ -60,6 +60,15 @@ def check_lesson(kernel, name, lang):
     checks = [c for c in code if re.search(r'(?<![.\w])check\("\d+\.\d+"', c.source)]  # the exercises' cells
     said = "Exercise " if lang == "en" else "练习 "
     assert len(checks) >= 3 and all(said in "".join(o.get("text", "") for o in c.outputs) for c in checks)
+    # predict, then reveal: at least one prediction a lesson; left unanswered (as here), its measuring cell
+    # runs and says that nothing was predicted, beside the measured value
+    predicted = set(re.findall(r'(?<![.\w])predict\("(\d+\.[a-z0-9_]+)"', "\n".join(c.source for c in code)))
+    revealed = [c for c in code if re.search(r'(?<![.\w])reveal\("\d+\.[a-z0-9_]+"', c.source)]
+    skipped = "none was committed" if lang == "en" else "没有提交预测"
+    assert predicted and revealed, f"{name}: no predict(...) before a reveal(...)"
+    for key in predicted:
+        assert any(f"{key}" in t and skipped in t for t in ("".join(o.get("text", "") for o in c.outputs)
+                                                            for c in revealed)), f"{name}: {key} is never revealed"
     assert took <= BUDGET, f"{name} took {took:.0f} s"
 
     markdown = [c.source for c in nb.cells if c.cell_type == "markdown"]
