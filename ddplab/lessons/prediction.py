@@ -122,8 +122,11 @@ def reveal(key, measured, unit="", right=None):
         ratio = guess / value if value else math.inf
         if value and abs(ratio - 1) < 0.1:
             how = say("within 10 %: well predicted.", "相差不到 10%：预测得好。")
-        else:
+        elif guess and value and ratio > 0:
             how = say(f"your prediction is {ratio:.2g}x what was measured.", f"你的预测是测量值的 {ratio:.2g} 倍。")
+        else:  # (a zero, or a sign apart: no ratio says it)
+            apart = _show(abs(guess - value), unit)
+            how = say(f"{apart} apart.", f"相差 {apart}。")
         print(say(f"Prediction {key}: you predicted {_show(guess, unit)}; measured {shown}: {how}",
                   f"预测 {key}：你预测 {_show(guess, unit)}；测量值 {shown}：{how}"))
         return {"predicted": guess, "measured": value, "ratio": ratio}

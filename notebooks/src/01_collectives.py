@@ -39,7 +39,7 @@
 
 # %%
 %load_ext ddplab
-from ddplab.lessons import check, draw, say
+from ddplab.lessons import check, draw, predict, reveal, say
 
 # %% [markdown]
 # Start the group. (In the [Chinese edition](zh/01_collectives.ipynb) the dashboard and this
@@ -190,6 +190,16 @@ print(say("every rank holds what the collective promised", "每个 rank 持有�
 #
 # 只有当**每个** rank 都加入之后，集合通信才会在某个 rank 上完成。`barrier()` 是一个不带数据的集合通信：这里 rank *r* 先工作 0.2·*r* 秒，然后在 barrier 处等待。时间线把这段等待画了出来：rank 3 一到，所有 rank 一起离开。（每个训练步里都会发生同样的事：最快的 rank 在梯度的 all-reduce 处等待最慢的 rank。第 10 课专门讲这个问题。）
 
+# %% [markdown]
+# **Predict, then run.** Rank *r* works 0.2·*r* seconds, then calls `barrier()`. Add up the time
+# that the four ranks spend waiting in the barrier: how many seconds is that in all?
+
+# %% [markdown] lang=zh
+# **先预测，再运行。** rank *r* 先工作 0.2·*r* 秒，然后调用 `barrier()`。把四个 rank 在 barrier 中等待的时间加起来：一共是多少秒？
+
+# %%
+predict("1.barrier_wait", ...)    # seconds spent waiting in the barrier, the 4 ranks added up
+
 # %%
 %%ddp
 import time
@@ -206,6 +216,8 @@ events = timeline.events
 events = %ddp_gather events
 left = [e[-1][1] for e in events]      # when each rank left the barrier
 assert max(left) - min(left) < 0.1 and min(left) > 0.55, left
+waited = sum(end - start for e in events for start, end, k, _ in e if k == "waiting in barrier")
+reveal("1.barrier_wait", waited, unit=say("s", "秒"))
 kind = {"work": say("work", "工作"), "waiting in barrier": say("waiting in barrier", "在 barrier 中等待")}
 draw.timeline([[(start, end, kind[k], label) for start, end, k, label in e] for e in events],
               title=say("barrier(): every rank leaves when the last one arrives",

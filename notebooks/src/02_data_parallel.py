@@ -40,7 +40,7 @@
 
 # %%
 %load_ext ddplab
-from ddplab.lessons import check, draw, say
+from ddplab.lessons import check, draw, predict, reveal, say
 
 # %%
 %ddp_start 4
@@ -322,6 +322,17 @@ print(say("DDP(model) made every rank hold rank 0's parameters", "DDP(model) 让
 # %% [markdown] lang=zh
 # 这次广播只发生**一次**，就在 `DDP(model)` 里。训练过程中 DDP 还会再发送参数吗？试一试：包装之后，让每个 rank 的副本稍微偏离一点（rank *r* 给每个参数加上 0.01 · *r*），然后用 DDP 训练 40 步，同时用 `CommCounter` 统计它 all-reduce 了什么。如果 DDP 在训练中把 rank 0 的参数复制给其他 rank，各 rank 很快就会重新变得完全相同。
 
+# %% [markdown]
+# **Predict, then run.** After the move the ranks are 0.03 apart, as `param_spread` measures it
+# (rank 3 added 0.03 to every parameter). What will `param_spread` say after the 40 steps of DDP
+# training? (0 would mean identical again.)
+
+# %% [markdown] lang=zh
+# **先预测，再运行。** 偏移之后，按 `param_spread` 的算法，各 rank 相差 0.03（rank 3 给每个参数都加了 0.03）。DDP 训练 40 步之后，`param_spread` 会是多少？（0 表示各 rank 又完全相同了。）
+
+# %%
+predict("2.spread_after", ...)    # param_spread after the 40 DDP steps (0.03 before them)
+
 # %%
 %%ddp
 with torch.no_grad():
@@ -349,6 +360,7 @@ print(say(f"spread after the move: {moved:.3f}, after {STEPS} steps: {kept:.3f};
 evidence = %ddp_gather (moved, kept, counter.calls, counter.bytes, grad_bytes)
 assert len(set(evidence)) == 1, evidence                          # every rank measured the same
 moved, kept, calls, sent, grad_bytes = evidence[0]
+reveal("2.spread_after", float(kept))
 assert moved > 0.02 and abs(kept - moved) < 1e-5, (moved, kept)   # the gap we made is never undone
 assert calls == 40 and sent == 40 * grad_bytes, (calls, sent)      # 1 all-reduce a step, of the gradients only
 print(say(f"in {calls} steps DDP made {calls} all-reduces of {sent // calls} bytes each: the {grad_bytes // 4} "

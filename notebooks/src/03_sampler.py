@@ -41,7 +41,7 @@
 
 # %%
 %load_ext ddplab
-from ddplab.lessons import check, draw, say
+from ddplab.lessons import check, draw, predict, reveal, say
 
 # %%
 %ddp_start 4
@@ -59,6 +59,24 @@ from ddplab.lessons import check, draw, say
 # ## 4 个 rank 分 22 个样本
 #
 # 这里的数据集就是数字 0..21（采样器只和索引打交道）。每个 rank 创建一个 `DistributedSampler`，列出它在 3 个 epoch 中拿到的索引：一次**不调用** `set_epoch`，一次在每个 epoch 开始时**调用** `set_epoch(epoch)`。（ddplab 会发现采样器在没有调用 `set_epoch` 的情况下被再次遍历，并在单元格下方（通过 stderr）给出提示：这里出现这条提示是预料之中的。）
+
+# %% [markdown]
+# **Predict, then run.** The sampler is made with `shuffle=True`. Without `set_epoch`, what does
+# rank 0 read in epochs 1 and 2, compared with epoch 0? Answer with a letter:
+#
+# - (a) other samples, in a new order
+# - (b) the same 6 samples, in a new order
+# - (c) the same 6 samples, in the same order
+
+# %% [markdown] lang=zh
+# **先预测，再运行。** 采样器是用 `shuffle=True` 创建的。不调用 `set_epoch` 时，rank 0 在 epoch 1 和 epoch 2 读到的样本与 epoch 0 相比如何？请写一个字母：
+#
+# - (a) 别的样本，顺序也是新的
+# - (b) 同样的 6 个样本，顺序是新的
+# - (c) 同样的 6 个样本，顺序也相同
+
+# %%
+predict("3.no_set_epoch", ...)    # a letter: "a", "b" or "c"
 
 # %%
 %%ddp
@@ -92,6 +110,9 @@ print(f"with_set_epoch = {with_set_epoch}")
 without = %ddp_gather without
 with_set_epoch = %ddp_gather with_set_epoch
 per_epoch = lambda orders: [[orders[r][e] for r in range(4)] for e in range(3)]  # [rank][epoch] -> [epoch][rank]
+rank0 = without[0]                                       # rank 0's 3 epochs without set_epoch
+reveal("3.no_set_epoch", "c" if rank0[0] == rank0[1] == rank0[2]
+       else "b" if sorted(rank0[0]) == sorted(rank0[1]) == sorted(rank0[2]) else "a")
 draw.partitions(per_epoch(without), 22, xlabel=say("sample index", "样本索引"), ylabel=say("epoch", "epoch"),
                 title=say("Without set_epoch: the same order every epoch", "不调用 set_epoch：每个 epoch 顺序相同"))
 

@@ -40,7 +40,7 @@
 
 # %%
 %load_ext ddplab
-from ddplab.lessons import check, draw, say
+from ddplab.lessons import check, draw, predict, reveal, say
 
 # %%
 %ddp_start 4
@@ -124,6 +124,16 @@ def fresh(way):
 # %% [markdown] lang=zh
 # 每种做法都从相同的初始参数出发，在相同的数据上训练 3 次优化器更新。逐步统计 DDP 的 all-reduce 调用次数，并比较每种做法最后得到的参数（在每个 rank 上都比较）。
 
+# %% [markdown]
+# **Predict, then run.** Plain DDP, syncing every micro-batch: how many all-reduce calls does DDP
+# make in one optimizer step of K = 4 micro-batches? Take step 1, the second step.
+
+# %% [markdown] lang=zh
+# **先预测，再运行。** 普通的 DDP，每个微批次都同步：在由 K = 4 个微批次组成的一次优化器更新中，DDP 调用多少次 all-reduce？以第 1 步（也就是第二步）为准。
+
+# %%
+predict("4.calls", ...)    # all-reduce calls in step 1, syncing every one of the 4 micro-batches
+
 # %%
 %%ddp
 calls, params = {}, {}
@@ -153,6 +163,7 @@ names = {"sync every micro-batch": say("sync every micro-batch", "每个微批�
 for way in names:
     print(say(f"{names[way]}: all-reduce calls in steps 0, 1, 2: {calls[way]}",
               f"{names[way]}：第 0、1、2 步的 all-reduce 调用次数：{calls[way]}"))
+reveal("4.calls", float(calls["sync every micro-batch"][1]), unit=say("calls", "次"))
 assert bucket_sizes[0] == [267786, 401920]                          # 2 buckets, the last layers first
 assert calls["sync every micro-batch"][1:] == [4 * buckets] * 2     # K × buckets per step
 assert calls["no_sync"][1:] == calls["one big batch"][1:] == [buckets] * 2  # 1 × buckets per step
@@ -293,6 +304,17 @@ print(say(f"only the forward's place counts: the forward outside no_sync() made 
 #
 # 现在对每种做法计时 6 次优化器更新（先做一步预热，再重复 3 次；取最慢那个 rank 的中位数）。每一步都要在共享本机 CPU 核心的 4 个进程之间 all-reduce 2.7 MB 的梯度。
 
+# %% [markdown]
+# **Predict, then run.** no_sync does the same computing as syncing every micro-batch, with a
+# quarter of the all-reduce calls. How long will no_sync take for the 6 steps, as a fraction of
+# the time of syncing every micro-batch? (1 would mean no faster, 0.25 a quarter of the time.)
+
+# %% [markdown] lang=zh
+# **先预测，再运行。** no_sync 的计算量与每个微批次都同步时相同，all-reduce 调用次数却只有后者的四分之一。这 6 步，no_sync 的耗时会是每个微批次都同步时的几分之几？（1 表示一点也不快，0.25 表示只用四分之一的时间。）
+
+# %%
+predict("4.no_sync_time", ...)    # no_sync's seconds for 6 steps, as a fraction of syncing every micro-batch's
+
 # %%
 %%ddp
 seconds, counted = {}, {}
@@ -313,6 +335,8 @@ WAYS = list(names)                                         # the three ways, in 
 print(say("; ", "；").join(say(f"{names[w]}: {counted[w]} all-reduce calls, {seconds[w]:.2f} s",
                     f"{names[w]}：{counted[w]} 次 all-reduce，{seconds[w]:.2f} 秒") for w in WAYS)
       + say(" (6 steps)", "（6 步）"))
+reveal("4.no_sync_time", seconds["no_sync"] / seconds["sync every micro-batch"],
+       unit=say("× the time of syncing every micro-batch", "× 每个微批次都同步的耗时"))
 labels = {"sync every micro-batch": say("sync every\nmicro-batch", "每个微批次\n都同步"),
           "no_sync": "no_sync", "one big batch": say("one big\nbatch", "一个大批次")}
 draw.bars(None, panels=[

@@ -48,7 +48,7 @@
 
 # %%
 %load_ext ddplab
-from ddplab.lessons import check, draw, say
+from ddplab.lessons import check, draw, predict, reveal, say
 
 # %% [markdown]
 # This lesson uses **2 ranks**, not 4: it measures speed, and many machines a lesson runs on (a
@@ -170,6 +170,17 @@ print(say(f"oneDNN can run bf16 here (natively or by emulation): {yes(cpu['onedn
 #
 # 模型是 MLP 784-512-512-10（`ddplab.workloads.mlp`），两种方式使用相同的初始参数和相同的批次（每个 rank 每批 64 个样本），各训练 40 步。唯一的区别是前向计算和损失外面的 `autocast` 上下文；`backward()` 放在它外面，这是 PyTorch 推荐的做法（autograd 对每个运算的反向计算，使用该运算前向计算时的数据类型）。数据集有 1,024 个样本，所以 40 步就是 5 个 epoch，训练损失会明显下降。
 
+# %% [markdown]
+# **Predict, then run.** Read what the cell above found about this CPU and bf16. How fast will the
+# bf16 autocast run be, in samples/s, as a multiple of the float32 run's? (2 would mean twice as
+# fast, 0.5 half as fast.)
+
+# %% [markdown] lang=zh
+# **先预测，再运行。** 先看看上面的单元格关于这台 CPU 和 bf16 查到了什么。bf16 autocast 训练的速度（样本/秒）会是 float32 训练的多少倍？（2 表示速度是 float32 的 2 倍，0.5 表示速度只有它的一半。）
+
+# %%
+predict("5.bf16_speed", ...)    # bf16 autocast's samples/s as a multiple of float32's (2 = twice as fast)
+
 # %%
 %%ddp
 import time
@@ -250,6 +261,7 @@ draw.bars({"float32": fp32["samples/s"], "bf16 autocast": bf16["samples/s"]}, fm
 ratio = bf16["samples/s"] / fp32["samples/s"]
 print(say(f"PyTorch reports {cpu['capability']}; bf16 autocast ran at {ratio:.2f}x the speed of float32.",
           f"PyTorch 报告的指令集是 {cpu['capability']}；bf16 autocast 的速度是 float32 的 {ratio:.2f} 倍。"))
+reveal("5.bf16_speed", ratio, unit=say("× float32's speed", "× float32 的速度"))
 if ratio > 1.15 and native:
     print(say(f"Faster: this CPU has native bf16 instructions ({' and '.join(native)}). oneDNN multiplies bf16 matrices "
               "with them: twice as many values per instruction as float32 (AMX's tiles far more), and half the bytes "
@@ -327,6 +339,17 @@ assert tiny.half().float().tolist() == [0.0, 0.0, 0.0] and tiny.bfloat16().float
 #
 # 一种简化的说法是 bf16“让内存减半”。这里在 notebook 中实测：同一个 MLP、64 个样本的批次，做一次前向计算；`torch.autograd.graph.saved_tensors_hooks` 能看到 autograd 为反向计算保存的每一个张量，单元格把其中不是参数本身的那些张量的字节数加起来（保存一个参数不占额外内存）。在 autocast 下，其中一些是**权重的 bf16 副本**：autocast 生成（并缓存）它们，好让乘法用 bf16 计算；单元格把它们和激活值分开统计。
 
+# %% [markdown]
+# **Predict, then run.** One forward pass with a batch of 64: add up the bytes autograd saves for the
+# backward pass, activations and weight copies together. Under bf16 autocast, what multiple of the
+# float32 total will that be? (0.5 would be half.)
+
+# %% [markdown] lang=zh
+# **先预测，再运行。** 用 64 个样本的批次做一次前向计算：把 autograd 为反向计算保存的字节数加起来，激活值和权重副本都算在内。在 bf16 autocast 下，这个总数会是 float32 下的多少倍？（0.5 表示一半。）
+
+# %%
+predict("5.saved_bytes", ...)    # bytes saved for backward under autocast, as a multiple of float32's (batch 64)
+
 # %%
 import torch.nn as nn
 from ddplab.workloads import mlp, synthetic_classification
@@ -365,6 +388,7 @@ print(say(f"not halved: the {n_params:,} parameters, their gradients and SGD's m
           f"没有减半的：{n_params:,} 个参数、它们的梯度和 SGD 的动量仍然是 float32，无论用不用 autocast 都是 "
           f"{3 * 4 * n_params / 1e6:.1f} MB"))
 total32, total16 = sum(mem32.values()), sum(mem16.values())
+reveal("5.saved_bytes", total16 / total32, unit=say("× float32's bytes", "× float32 的字节数"))
 if total16 < total32:
     print(say(f"in all, autocast kept {total16 / 1e3:.0f} kB instead of {total32 / 1e3:.0f} kB for this batch",
               f"合计：对这个批次，autocast 保存了 {total16 / 1e3:.0f} kB，而 float32 是 {total32 / 1e3:.0f} kB"))

@@ -21,6 +21,10 @@
 #
 # **Needs:** nothing beyond ddplab and torch · 4 ranks
 #
+# **Memory:** about 1.5 GiB at its peak: it fits Binder's 2 GiB, but does not fit a 1 GiB session
+# (a classroom hub), with 4 ranks or with 2 (its checks are written for 4): open it on Binder or on a
+# laptop.
+#
 # **You will see:** the pipeline's timeline with 1, 4 and 8 micro-batches (the bubble shrinking),
 # its gradients checked against the whole model, a pipeline-vs-DDP comparison of time per batch
 # and parameters held per rank, and `torch.distributed.pipelining` giving the same gradients.
@@ -41,11 +45,13 @@
 #
 # **需要**：除 ddplab 和 torch 外无需其他 · 4 个 rank
 #
+# **内存**：峰值约 1.5 GiB：Binder 的 2 GiB 装得下，1 GiB 的会话（课堂用的 hub）装不下，4 个 rank 或 2 个 rank 都不行（它的检查是按 4 个 rank 写的）：请在 Binder 或笔记本电脑上打开它。
+#
 # **你将看到**：使用 1、4、8 个微批次时流水线的时间线（气泡逐渐变小），流水线的梯度与整个模型的梯度对照检查，流水线与 DDP 在每个批次用时和每个 rank 持有参数量上的对比，以及 `torch.distributed.pipelining` 得到相同的梯度。
 
 # %%
 %load_ext ddplab
-from ddplab.lessons import check, draw, say
+from ddplab.lessons import check, draw, predict, reveal, say
 
 # %%
 %ddp_start 4
@@ -209,6 +215,17 @@ print(say("every stage's gradients equal those of the whole model run in one pro
 #
 # `pipeline_step` 把每一次前向和反向都记录在一个 `Timeline` 中（只记录计算：在 `recv` 中等待的时间不计入，所以图中的空隙就是某个 rank 闲着的时候）。
 
+# %% [markdown]
+# **Predict, then run.** With 8 micro-batches, on this machine, how many of the 4 ranks compute at
+# the same time, on average over the step? That is the length of all the ranks' compute bars added
+# up, divided by the length of the step: 1 means one rank at a time, 4 means no rank ever idle.
+
+# %% [markdown] lang=zh
+# **先预测，再运行。** 用 8 个微批次时，在这台机器上，4 个 rank 中平均同时有几个在计算（对整个一步取平均）？也就是把所有 rank 的计算条形的长度加起来，再除以这一步的长度：1 表示每次只有一个 rank 在算，4 表示没有任何 rank 闲着。
+
+# %%
+predict("6.at_once", ...)    # ranks computing at once on average, 8 micro-batches (at most 4)
+
 # %%
 %%ddp
 import contextlib
@@ -330,6 +347,7 @@ from ddplab.shared.system import usable_cores
 n_stages = len(events)                                    # one stage per rank
 perfect = {m: n_stages * m / (m + n_stages - 1) for m in (1, 4, 8)}
 usable = usable_cores()             # the affinity mask (os.sched_getaffinity), capped by a container's CPU quota
+reveal("6.at_once", at_once(8), unit=say("ranks", "个 rank"))
 print(say(f"ranks computing at once, on average: {at_once(1):.1f} with 1 micro-batch, {at_once(4):.1f} with 4, "
           f"{at_once(8):.1f} with 8; a perfect pipeline of {n_stages} stages: "
           + ", ".join(f"{v:.1f}" for v in perfect.values()),

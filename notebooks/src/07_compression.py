@@ -24,6 +24,10 @@
 # **Needs:** a C++ compiler for the `torch.compile` part (without one, that part says so and the rest
 # runs) · 4 ranks
 #
+# **Memory:** about 1.4 GiB at its peak: it fits Binder's 2 GiB, but does not fit a 1 GiB session
+# (a classroom hub), with 4 ranks or with 2 (its checks are written for 4): open it on Binder or on a
+# laptop.
+#
 # **You will see:** accuracy against sparsity (global and per-layer pruning), what pruning does to
 # a layer (mask, zeros, saved size), float32 vs int8 size / accuracy / latency, TorchScript's
 # deprecation warnings, the file size, time to get ready and time per call of the scripted, traced,
@@ -47,11 +51,13 @@
 #
 # **需要**：`torch.compile` 部分需要 C++ 编译器（没有时这部分会说明，其余部分照常运行）· 4 个 rank
 #
+# **内存**：峰值约 1.4 GiB：Binder 的 2 GiB 装得下，1 GiB 的会话（课堂用的 hub）装不下，4 个 rank 或 2 个 rank 都不行（它的检查是按 4 个 rank 写的）：请在 Binder 或笔记本电脑上打开它。
+#
 # **你将看到**：准确率随稀疏度的变化（全局剪枝与逐层剪枝），剪枝对一个层做了什么（掩码、零、保存后的大小），float32 与 int8 在大小、准确率和延迟上的对比，TorchScript 的弃用警告，脚本化、追踪、导出和编译后的模型（以及它的 int8 版本）与 eager 模式并排比较的文件大小、准备时间和每次调用的时间，DDP 训练一个脚本化的模型以及 `torch.jit.script(DDP(model))` 失败，以及使用 fp32、fp16、bf16 梯度时的损失曲线和发送的字节数。
 
 # %%
 %load_ext ddplab
-from ddplab.lessons import check, draw, say
+from ddplab.lessons import check, draw, predict, reveal, say
 
 # %%
 %ddp_start 4
@@ -141,6 +147,17 @@ print(say(f"every rank holds the same trained model: {base_accuracy:.1%} on the 
 #
 # 8 个稀疏度，每个用两种方法：共 16 个剪枝后的模型。每个 rank 每隔 4 个取一个稀疏度（`amounts[rank::world_size]`），这样工作就分摊到 4 个进程上，再由 notebook 汇总结果。每个结果还记录了保存下来的 `state_dict` 的大小：原样保存（稠密），以及把权重矩阵存为稀疏张量（`to_sparse()`）时。
 
+# %% [markdown]
+# **Predict, then run.** Prune 90 % of the weights (global pruning) and save the `state_dict` as it
+# is, dense. How large will the file be, as a fraction of the unpruned model's? (0.5 would be half
+# the bytes.)
+
+# %% [markdown] lang=zh
+# **先预测，再运行。** 剪掉 90% 的权重（全局剪枝），再把 `state_dict` 原样（稠密）保存。保存下来的大小会是未剪枝模型的几分之几？（0.5 表示一半的字节数。）
+
+# %%
+predict("7.pruned_size", ...)    # saved bytes at 90 % global pruning (dense), as a fraction of the unpruned model's
+
 # %%
 %%ddp
 import copy
@@ -229,6 +246,7 @@ sparse = {r["amount"]: r["sparse"] for r in results if r["how"] == "global"}
 assert len(set(dense.values())) == 1                     # the same bytes at every sparsity, 0 % included
 assert sparse[0.9] < dense[0.9] < sparse[0.0]            # sparse storage: smaller only when most entries are 0
 smaller = min(a for a in sparse if sparse[a] < dense[a])
+reveal("7.pruned_size", dense[0.9] / dense[0.0], unit=say("× the unpruned size", "× 未剪枝时的大小"))
 print(say(f"saved state_dict: {dense[0.0] / 1e3:.0f} kB unpruned and {dense[0.9] / 1e3:.0f} kB with 90% of the "
           f"weights zero. Stored sparse: {sparse[0.9] / 1e3:.0f} kB at 90%, but {sparse[0.0] / 1e3:.0f} kB unpruned "
           f"(a sparse tensor keeps two int64 indices per non-zero); smaller than dense from {smaller:.0%} here",
@@ -863,6 +881,17 @@ with warnings.catch_warnings():
 #
 # 三次运行从同一个起点出发，使用同样的批次、同样的顺序：只有钩子不同。（仪表盘会依次显示这三次运行。）
 
+# %% [markdown]
+# **Predict, then run.** fp16 and bf16 hand the all-reduce half the bytes of fp32. How long will
+# the fp16 run take on rank 0, as a fraction of the fp32 run's time (3 epochs each)? (0.5 would be
+# half the time.)
+
+# %% [markdown] lang=zh
+# **先预测，再运行。** fp16 和 bf16 交给 all-reduce 的字节数只有 fp32 的一半。在 rank 0 上，fp16 训练的耗时会是 fp32 训练的几分之几（各训练 3 个 epoch）？（0.5 表示一半的时间。）
+
+# %%
+predict("7.fp16_time", ...)    # seconds of the fp16 run on rank 0, as a fraction of the fp32 run's
+
 # %%
 %%ddp
 import time
@@ -917,6 +946,7 @@ assert all(r[n]["spread"] == 0.0 for r in runs for n in names)          # ranks 
 assert all(abs(late[n] - late["fp32"]) < 0.1 * late["fp32"] for n in names), late
 assert all(abs(runs[0][n]["accuracy"] - runs[0]["fp32"]["accuracy"]) < 0.03 for n in names)
 drift = {n: max(abs(a - b) for a, b in zip(loss[n], loss["fp32"])) for n in names}
+reveal("7.fp16_time", runs[0]["fp16"]["seconds"] / runs[0]["fp32"]["seconds"], unit=say("× fp32's time", "× fp32 的耗时"))
 lates = say(", ", "，").join(f"{n} {late[n]:.3f}" for n in names)
 accs = say(", ", "，").join(f"{n} {runs[0][n]['accuracy']:.1%}" for n in names)
 print(say(f"{per_step['fp32'] / 1e3:.0f} kB per step with fp32, {per_step['fp16'] / 1e3:.0f} kB with fp16 and bf16; "

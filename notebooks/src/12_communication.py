@@ -22,6 +22,10 @@
 #
 # **Needs:** a C++ compiler for the `torch.compile` part (without one, that part says so and the rest runs) · 4 ranks
 #
+# **Memory:** about 1.5 GiB at its peak: it fits Binder's 2 GiB, but does not fit a 1 GiB session
+# (a classroom hub), with 4 ranks or with 2 (its checks are written for 4): open it on Binder or on a
+# laptop.
+#
 # **You will see:** all-reduce time and bandwidth against message size (log-log), all-reduce
 # calls per step for four bucket sizes, a step with and without communication, the time
 # `torch.compile` takes to compile and what it saves, and the bytes of a running job dropping by
@@ -43,11 +47,13 @@
 #
 # **需要**：`torch.compile` 一节需要 C++ 编译器（没有时这一节会说明，其余部分照常运行）· 4 个 rank
 #
+# **内存**：峰值约 1.5 GiB：Binder 的 2 GiB 装得下，1 GiB 的会话（课堂用的 hub）装不下，4 个 rank 或 2 个 rank 都不行（它的检查是按 4 个 rank 写的）：请在 Binder 或笔记本电脑上打开它。
+#
 # **你将看到**：all-reduce 的耗时和带宽随消息大小的变化（双对数坐标）；四种桶大小下每步的 all-reduce 次数；有通信和没有通信时的一步；`torch.compile` 编译所需的时间及其节省的时间；以及拨动开关后，一个正在运行的训练每步发送的字节数减半。
 
 # %%
 %load_ext ddplab
-from ddplab.lessons import check, draw, knobs, say
+from ddplab.lessons import check, draw, knobs, predict, reveal, say
 
 # %%
 %ddp_start 4
@@ -300,6 +306,17 @@ else:
 #
 # `model.no_sync()` 关掉 DDP 的 all-reduce：在它里面运行的前向及其反向只计算本地梯度（第 4 课用它做梯度累积；前向也必须放在里面，正如这里的 `local_step` 所做的那样）。对同样的前向和反向计算，分别在有它和没有它的情况下计时，就能看出通信给一步增加了多少时间。同时还用第 1 部分的方法，对 2.7 MB 的单独 all-reduce 计时。
 
+# %% [markdown]
+# **Predict, then run.** One DDP step of this MLP on 4 ranks: a batch of 32 per rank, 2.7 MB of
+# gradients. What share of the step's forward+backward time does communication add? That is
+# (time with the all-reduce − time without) ÷ time with it. Answer in percent.
+
+# %% [markdown] lang=zh
+# **先预测，再运行。** 这个 MLP 在 4 个 rank 上的一步 DDP：每个 rank 32 个样本，2.7 MB 梯度。通信在这一步的前向+反向时间中占多少？即（有 all-reduce 的耗时 − 没有时的耗时）÷ 有 all-reduce 的耗时。请用百分数作答。
+
+# %%
+predict("12.comm_share", ...)    # the share of the DDP step that communication adds, in percent
+
 # %%
 %%ddp
 model = DDP(mlp())                                  # default buckets: 2 all-reduces per step here
@@ -328,6 +345,7 @@ print(say(f"forward+backward: {1e3 * with_comm:.1f} ms with the all-reduce, {1e3
           f"the all-reduce of 2.7 MB alone: {1e3 * allreduce_alone:.1f} ms",
           f"前向+反向：有 all-reduce 时 {1e3 * with_comm:.1f} ms，没有时 {1e3 * without_comm:.1f} ms；"
           f"单独对 2.7 MB 做 all-reduce：{1e3 * allreduce_alone:.1f} ms"))
+reveal("12.comm_share", float(100 * share), unit="%")
 if share > 0.5:
     print(say(f"Communication added {share:.0%} to this step: for this small model it is most of each step.",
               f"通信占了这一步的 {share:.0%}：对这个小模型来说，它是每一步的主要部分。"))
@@ -540,6 +558,17 @@ if report["compiled"]:
 #
 # **各 rank 必须先达成一致，才能改变发送的内容。** 旋钮的新值到达各 rank 的时刻略有不同。如果每个 rank 都用自己读到的值，就可能一个 rank 对某个桶做 bf16 的 all-reduce，而另一个 rank 对同一个桶做 float32 的 all-reduce：这两个集合通信不再匹配（数据类型不同，字节数差一半），整个组会出错或卡住。所以在每一步开始时，只由 rank 0 读取旋钮，再用 `dist.broadcast` 把它读到的值发给每个 rank；这个很小的张量里还带着 rank 0 对“时间是否已到”的判断。随后每个 rank 在整个这一步中都使用这个共同的值。这次广播每步要多付一次 α；在意这一点的训练也可以每 k 步才协商一次。
 
+# %% [markdown]
+# **Predict, then run.** In bf16 each step all-reduces half the bytes: 1.3 MB instead of 2.7 MB.
+# Predict the median time of a bf16 step as a multiple of a float32 step's, on this machine
+# (0.5 = twice as fast, 1 = no change).
+
+# %% [markdown] lang=zh
+# **先预测，再运行。** 用 bf16 时，每步 all-reduce 的字节减半：1.3 MB，而不是 2.7 MB。预测在这台机器上，bf16 一步耗时的中位数是 float32 一步的多少倍（0.5 表示快一倍，1 表示不变）。
+
+# %%
+predict("12.bf16_time", ...)    # a bf16 step's median time as a multiple of a float32 step's (1 = no change)
+
 # %%
 %%ddp --background
 import time
@@ -626,6 +655,7 @@ print(say(f"float32: {sent[~on][0] / 1e6:.2f} MB all-reduced per step, {plain_ms
           f"bf16: {sent[on][0] / 1e6:.2f} MB per step, {bf16_ms:.1f} ms per step",
           f"float32：每步 all-reduce {sent[~on][0] / 1e6:.2f} MB，每步 {plain_ms:.1f} ms（中位数）；"
           f"bf16：每步 {sent[on][0] / 1e6:.2f} MB，每步 {bf16_ms:.1f} ms"))
+reveal("12.bf16_time", float(bf16_ms / plain_ms), unit=say("× float32's time", "× float32 的耗时"))
 print(say(f"the ranks first read the new value at their steps {seen_at}; all switched together at step {switched}",
           f"各 rank 第一次读到新值是在各自的第 {seen_at} 步；所有 rank 在第 {switched} 步一起切换"))
 if len(set(seen_at)) > 1:

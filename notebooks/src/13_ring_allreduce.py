@@ -44,7 +44,7 @@
 
 # %%
 %load_ext ddplab
-from ddplab.lessons import check, draw, lab, say
+from ddplab.lessons import check, draw, lab, predict, reveal, say
 
 # %%
 # a collective, or a send, that waits 10 s fails (part 6 waits for that)
@@ -260,6 +260,17 @@ else:
 #
 # 每个阶段中，一个 rank 发出它 N 块中的 N−1 块，所以对于 *S* 字节的张量，它总共发送 **2(N−1)/N · S**。作为对比，看一种朴素的 all-reduce：每个 rank 把整个张量发给 rank 0，rank 0 把它们加起来，再把和分别发回给每个 rank。`naive_all_reduce` 用同样的点对点调用来实现它。两者都分别在前 2、3、4 个 rank 上运行（其余的 rank 等待），张量为 3 MiB，正好能均分成 2、3 或 4 块；它们各自统计自己的 rank 发送的字节数。
 
+# %% [markdown]
+# **Predict, then run.** Take 4 ranks and the 3 MiB tensor, and add up the bytes that all 4 ranks
+# send. Predict the ring's total as a multiple of the naive scheme's total (0.5 = the ring sends
+# half as much, 1 = the same).
+
+# %% [markdown] lang=zh
+# **先预测，再运行。** 取 4 个 rank 和 3 MiB 的张量，把 4 个 rank 发送的字节数加起来。预测环的总量是朴素做法总量的多少倍（0.5 表示环只发送一半，1 表示一样多）。
+
+# %%
+predict("13.total_bytes", ...)    # all 4 ranks' bytes in the ring, as a multiple of the naive scheme's
+
 # %%
 %%ddp
 def naive_all_reduce(x, ranks=None):
@@ -307,6 +318,7 @@ for n in (2, 3, 4):
               f"{n} 个 rank：环中每个 rank 发送 {ring[0] / 2**20:.2f} MiB（2·{n - 1}/{n} × 3 MiB）；"
               f"朴素做法中 rank 0 发送 {naive[0] / 2**20:.0f} MiB，其余每个 rank {naive[1] / 2**20:.0f} MiB；"
               f"两种做法的总量都是 {sum(ring) / 2**20:.0f} MiB"))
+reveal("13.total_bytes", float(sum(rows[4][0]) / sum(rows[4][1])), unit=say("× the naive total", "× 朴素做法的总量"))
 ns = list(rows)
 draw.lines(None, panels=[
     dict(series={say("ring, every rank", "环，每个 rank"): (ns, [rows[n][0][0] / 2**20 for n in ns]),
@@ -351,6 +363,24 @@ draw.lines(None, panels=[
 #
 # `dist.all_reduce` 在一次 C++ 调用中运行同样的算法。下面用 `median_seconds`（第 12 课）在 4 个 rank 上对亲手实现的环、gloo 的 all-reduce 和朴素做法计时，张量从 4 KB 到 16 MB。
 
+# %% [markdown]
+# **Predict, then run.** For the smallest tensor, 4 KB on 4 ranks, which of the three is fastest?
+# Answer with a letter:
+#
+# - (a) `dist.all_reduce`: gloo's ring, in C++
+# - (b) the hand ring, in Python
+# - (c) the naive scheme: everyone sends to rank 0
+
+# %% [markdown] lang=zh
+# **先预测，再运行。** 对最小的张量，即 4 个 rank 上的 4 KB，三者中哪个最快？请写一个字母：
+#
+# - (a) `dist.all_reduce`：gloo 的环，用 C++ 实现
+# - (b) 亲手实现的环，用 Python 写成
+# - (c) 朴素做法：所有人都发给 rank 0
+
+# %%
+predict("13.small_fastest", ...)    # a letter: "a", "b" or "c"
+
 # %%
 %%ddp
 from ddplab.lessons.ranks import median_seconds
@@ -370,6 +400,8 @@ nbytes = [4 * n for n in (1_024, 16_384, 262_144, 4_194_304)]
 label = {"ring": say("hand ring", "亲手实现的环"), "all_reduce": "dist.all_reduce", "naive": say("naive", "朴素做法")}
 for i, b in enumerate(nbytes):
     print(f"{b / 1024:>6g} KiB  " + "  ".join(f"{label[k]} {1e3 * seconds[k][i]:.2f} ms" for k in seconds))
+fastest = min(seconds, key=lambda k: seconds[k][0])              # at 4 KB
+reveal("13.small_fastest", {"all_reduce": "a", "ring": "b", "naive": "c"}[fastest])
 draw.lines(None, panels=[
     dict(series={label[k]: (nbytes, t) for k, t in seconds.items()}, logx=True, logy=True,
          xlabel=say("tensor size (bytes)", "张量大小（字节）"), ylabel=say("seconds", "秒"),

@@ -47,7 +47,7 @@
 %load_ext ddplab
 import os
 from ddplab.shared.config import cores
-from ddplab.lessons import check, draw, say
+from ddplab.lessons import check, draw, predict, reveal, say
 
 # %% [markdown]
 # ## 1. The machine
@@ -112,6 +112,17 @@ for n in (1, 2, 4):
 # 只有 1 个 rank 时，两者是同一次运行。rank 上运行的代码写在字符串 `WEAK` 里，这样在每种规模下运行的都是完全相同的代码：循环先启动一个有 N 个 rank 的进程池，像 `%%ddp` 单元格那样在上面运行 `WEAK`（然后运行 `STRONG`），保存弱扩展那次运行的时间线和计时，再在换下一种规模之前停止进程池（最后一种规模，即 4 个 rank 的进程池，留给练习使用）。这些进程池不显示仪表盘（`--no-dashboard`）：三个进程池都在同一个单元格里启动，否则每个都会在里面画一个仪表盘。
 #
 # 每个进程池都用 `--threads 1` 启动。默认情况下，ddplab 给每个 rank 的 torch 线程数是机器的核心数除以 rank 数：这样单独一个 rank 就会通过 torch 自己的线程用上所有的核心，比较的就成了线程与进程。每个 rank 只有一个线程时，N 个 rank 要求的就是 N 个核心。
+
+# %% [markdown]
+# **Predict, then run.** Weak scaling, 512 samples per rank and step: how many times the samples/s
+# of 1 rank will 4 ranks process on this machine? Part 1 printed how many cores the ranks can use.
+# Answer with a number (4 = perfect scaling).
+
+# %% [markdown] lang=zh
+# **先预测，再运行。** 弱扩展，每个 rank 每步 512 个样本：在这台机器上，4 个 rank 的样本/秒是 1 个 rank 的多少倍？第 1 部分打印了各 rank 能用多少个核心。请写一个数（4 表示完美扩展）。
+
+# %%
+predict("14.weak_speedup", ...)    # samples/s on 4 ranks ÷ samples/s on 1 rank, weak scaling
 
 # %%
 B, STEPS = 512, 40                          # samples per rank and step (weak scaling); steps timed
@@ -230,6 +241,7 @@ for n in sizes[1:]:
               f"{n} 个 rank：弱扩展的样本/秒是 1 个 rank 的 {speedup['weak'][n]:.2f} 倍（并行效率 "
               f"{efficiency['weak'][n]:.2f}）；强扩展是 {speedup['strong'][n]:.2f} 倍（并行效率 "
               f"{efficiency['strong'][n]:.2f}）。"))
+reveal("14.weak_speedup", float(speedup["weak"][top]), unit=say("times", "倍"))
 best = max(sizes, key=rate["weak"].get)
 if best < top:
     print(say(f"Weak scaling was fastest at {best} ranks: going from {best} to {top} ranks gave "

@@ -20,6 +20,10 @@
 #
 # **Needs:** nothing beyond ddplab and torch · 4 ranks
 #
+# **Memory:** about 1.1 GiB at its peak with 4 ranks. In a 1 GiB session (a classroom hub), start 2
+# ranks instead: write `%ddp_start 2` where it says `%ddp_start 4`; every check holds with 2 ranks
+# (about 0.7 GiB).
+#
 # **You will see:** each rank's parameters, gradients, buckets and optimizer state for SGD, momentum
 # and Adam as stacked bars; each rank's rss split into libraries, the tensors and the rest; the bytes
 # per rank of DDP, ZeRO-1, ZeRO-2 and ZeRO-3 against the number of ranks; and ZeRO-1's measured share
@@ -41,11 +45,13 @@
 #
 # **需要**：除 ddplab 和 torch 外无需其他 · 4 个 rank
 #
+# **内存**：4 个 rank 时峰值约 1.1 GiB。在 1 GiB 的会话（课堂用的 hub）里，请改为启动 2 个 rank：把 `%ddp_start 4` 改成 `%ddp_start 2`；用 2 个 rank 时每项检查都成立（约 0.7 GiB）。
+#
 # **你将看到**：SGD、动量和 Adam 下每个 rank 的参数、梯度、桶和优化器状态（堆叠柱状图）；每个 rank 的 rss 拆分为库、张量和其余部分；DDP、ZeRO-1、ZeRO-2 和 ZeRO-3 每个 rank 的字节数随 rank 数的变化；以及 ZeRO-1 在每个 rank 上实测到的 Adam 状态份额。
 
 # %%
 %load_ext ddplab
-from ddplab.lessons import check, draw, say
+from ddplab.lessons import check, draw, predict, reveal, say
 
 # %%
 from matplotlib.figure import Figure
@@ -173,6 +179,17 @@ train(model, opt)
 tl = %ddp_timeline
 held["SGD + momentum"] = tl.memory
 
+# %% [markdown]
+# **Predict, then run.** With DDP and Adam, how many bytes per parameter does each rank hold:
+# parameters, gradients, DDP's buckets and Adam's state together? Write a number of bytes per
+# parameter before you run the Adam cell below.
+
+# %% [markdown] lang=zh
+# **先预测，再运行。** 使用 DDP 和 Adam 时，每个 rank 为每个参数持有多少字节（参数、梯度、DDP 的桶和 Adam 的状态加在一起）？在运行下面 Adam 的单元格之前，写下一个数：每个参数的字节数。
+
+# %%
+predict("15.adam", ...)    # bytes per parameter on each rank, DDP + Adam, all four kinds together
+
 # %%
 %%ddp
 model = DDP(make_model())
@@ -213,6 +230,8 @@ for name, frame in held.items():
               f"{names[name]:<15} 每个 rank：参数 {row.params / 1e6:.2f} MB，梯度 {row.grads / 1e6:.2f} MB，"
               f"桶 {row.buckets / 1e6:.2f} MB，优化器状态 {row.optimizer / 1e6:.2f} MB："
               f"共 {total / 1e6:.2f} MB，每个参数 {total / P:.0f} 字节"))
+reveal("15.adam", float(held["Adam"].iloc[0][["params", "grads", "buckets", "optimizer"]].sum() / P),
+       unit=say("bytes per parameter", "字节/参数"))
 parts = {"params": say("parameters", "参数"), "grads": say("gradients", "梯度"),
          "buckets": say("DDP buckets", "DDP 的桶"), "optimizer": say("optimizer state", "优化器状态")}
 stacked([dict(bars={names[n]: {k: f.iloc[0][k] / 1e6 for k in parts} for n, f in held.items()}, parts=parts,
@@ -246,6 +265,17 @@ stacked([dict(bars={names[n]: {k: f.iloc[0][k] / 1e6 for k in parts} for n, f in
 #
 # `rss` 一列是每个 rank 的**常驻内存**（resident set size）：进程的内存中此刻位于物理内存（RAM）里的字节数，不管里面装的是什么。把它和 ddplab 统计的张量放在一起看：
 
+# %% [markdown]
+# **Predict, then run.** After the Adam cell, rank 0's rss is how many times the tensors ddplab
+# counted on it (parameters, gradients, buckets and Adam's state)? Write a number: 1 means rss is
+# the tensors and nothing more.
+
+# %% [markdown] lang=zh
+# **先预测，再运行。** Adam 的单元格运行之后，rank 0 的 rss 是 ddplab 在它上面统计到的张量（参数、梯度、桶和 Adam 的状态）的多少倍？写一个数：1 表示 rss 就是这些张量，没有别的。
+
+# %%
+predict("15.rss", ...)    # rank 0's rss after the Adam cell, as a multiple of the tensors ddplab counted
+
 # %%
 frame = held["Adam"]
 tensors = frame.params + frame.grads + frame.buckets + frame.optimizer
@@ -255,6 +285,7 @@ for row, t in zip(frame.itertuples(), tensors):
               f"rank {row.rank}：rss {row.rss / 1e6:.0f} MB，其中张量 {t / 1e6:.1f} MB（{100 * t / row.rss:.0f}%）："
               f"rss 是张量的 {row.rss / t:.1f} 倍"))
 assert (frame.rss > 2 * tensors).all(), frame                  # the tensors are the smaller part
+reveal("15.rss", float(frame.rss.iloc[0] / tensors.iloc[0]), unit=say("× the tensors", "× 张量"))
 first, last = held["SGD"].iloc[0], frame.iloc[0]
 more_rss = (last.rss - first.rss) / 1e6
 more_tensors = (last.optimizer - first.optimizer) / 1e6        # the rest was the same in both cells

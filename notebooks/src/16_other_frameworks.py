@@ -52,7 +52,7 @@
 
 # %%
 %load_ext ddplab
-from ddplab.lessons import check, draw, say, require_frameworks
+from ddplab.lessons import check, draw, predict, reveal, say, require_frameworks
 from ddplab.lessons.frameworks import tf_workers, versions
 
 require_frameworks()    # TensorFlow and JAX are installed, or one line says what to install (and Run All stops)
@@ -393,6 +393,17 @@ if in_order:   # (how this TensorFlow cut them; the training below cuts its batc
 # - **TensorFlow 的做法**，在 TensorFlow 中：每个样本各自的损失，`tf.nn.compute_average_loss(..., global_batch_size=64)`，用 `tf.GradientTape` 求梯度，再在各副本之间对梯度*求和*（副本上下文的 `all_reduce(SUM)`，`apply_gradients` 会自己做这一步）；
 # - **把 PyTorch 的习惯带进 TensorFlow**：对本地批次取平均（`tf.reduce_mean`），梯度仍然求和。
 
+# %% [markdown]
+# **Predict, then run.** The PyTorch habit (the mean over the replica's own batch, the gradients
+# summed) gives a gradient how many times DDP's (the ratio of their norms), on this run's
+# TensorFlow workers (their number is printed above)? Write a number.
+
+# %% [markdown] lang=zh
+# **先预测，再运行。** 按 PyTorch 的习惯（对本副本自己的批次取平均，再对梯度求和）得到的梯度是 DDP 梯度的多少倍（两者范数之比）？以这次运行的 TensorFlow worker 为准（个数见上面的输出）。写一个数。
+
+# %%
+predict("16.habit", ...)    # |the habit's gradient| / |DDP's gradient|, on this run's TensorFlow workers
+
 # %%
 %%ddp
 import numpy as np
@@ -452,6 +463,7 @@ print(say(f"DDP's mean-then-average (torch) = TensorFlow's sum-over-the-global-b
 print(say(f"the PyTorch habit with summed gradients: {habit_ratio[0]:.3f} times DDP's gradient, with "
           f"{tf_n} replicas", f"按 PyTorch 的习惯对本地批次取平均、再对梯度求和：得到的梯度是 DDP 的 "
           f"{habit_ratio[0]:.3f} 倍（{tf_n} 个副本）"))
+reveal("16.habit", float(habit_ratio[0]), unit=say("× DDP's gradient", "× DDP 的梯度"))
 
 # %% [markdown]
 # **A common claim:** `MirroredStrategy` does what DDP does: it averages the replicas' gradients

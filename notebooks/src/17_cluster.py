@@ -20,6 +20,10 @@
 #
 # **Needs:** root (and the `ip` and `unshare` commands) to make 4 hosts as network namespaces, else it falls back to 4 local engines; `torchrun` (comes with torch) · 4, then 3, then 4 ranks
 #
+# **Memory:** about 1.5 GiB at its peak: it fits Binder's 2 GiB, but does not fit a 1 GiB session
+# (a classroom hub), with 4 ranks or with 2 (its checks are written for 4): open it on Binder or on a
+# laptop.
+#
 # **You will see:** 4 hosts and the ranks on them, an all-reduce across hosts, a host lost and
 # the group formed again on the 3 left, the environment torchrun sets for each of 4 processes, and
 # the notebook's training run again by `torchrun`.
@@ -40,6 +44,8 @@
 #
 # **需要**：需要 root 权限（以及 `ip` 和 `unshare` 命令）把 4 台主机做成网络命名空间，否则退回为 4 个本地引擎；`torchrun`（随 torch 提供）· 先 4 个、再 3 个、最后 4 个 rank
 #
+# **内存**：峰值约 1.5 GiB：Binder 的 2 GiB 装得下，1 GiB 的会话（课堂用的 hub）装不下，4 个 rank 或 2 个 rank 都不行（它的检查是按 4 个 rank 写的）：请在 Binder 或笔记本电脑上打开它。
+#
 # **你将看到**：4 台主机及其上的 rank，一次跨主机的 all-reduce，一台主机失联后在剩下的 3 台上重新组成进程组，`torchrun` 为 4 个进程分别设置的环境变量，以及由 `torchrun` 重新运行的 notebook 训练。
 
 # %%
@@ -52,7 +58,7 @@ import subprocess
 import sys
 import tempfile
 
-from ddplab.lessons import check, draw, lab, say
+from ddplab.lessons import check, draw, lab, predict, reveal, say
 from ddplab.lessons.hosts import check as check_hosts, hosts_or_local
 
 # %% [markdown]
@@ -420,11 +426,30 @@ assert [p["all_reduce"] for p in procs] == [10.0] * 4        # 1 + 2 + 3 + 4, as
 #
 # 如果不用 torchrun、手动启动，同一个脚本就什么也拿不到。像自己启动进程的脚本那样，给它一个 rank 和一个 world size，然后运行：
 
+# %% [markdown]
+# **Predict, then run.** Started this way, with `RANK=0` and `WORLD_SIZE=4` but no torchrun, what
+# does the script do? Write a letter:
+#
+# - (a) it runs the training on its own, as a job of one process
+# - (b) it waits for the 3 other processes, until a timeout
+# - (c) it stops at once, with an error
+
+# %% [markdown] lang=zh
+# **先预测，再运行。** 这样启动时（有 `RANK=0` 和 `WORLD_SIZE=4`，但没有 torchrun），这个脚本会怎样？写一个字母：
+#
+# - (a) 自己运行训练，当作只有一个进程的作业
+# - (b) 等待另外 3 个进程，直到超时
+# - (c) 立即报错退出
+
+# %%
+predict("17.by_hand", ...)    # a, b or c: what the script does, started by hand with RANK and WORLD_SIZE only
+
 # %%
 by_hand = {k: v for k, v in os.environ.items() if k not in ("MASTER_ADDR", "MASTER_PORT")}
 hand_code, _, hand_err = launch(sys.executable, script, env=by_hand | {"RANK": "0", "WORLD_SIZE": "4"}, timeout=60)
 error = hand_err.strip().splitlines()[-1]
 print(f"$ RANK=0 WORLD_SIZE=4 python train.py\n{error}\n$ echo $?\n{hand_code}")
+reveal("17.by_hand", "c" if hand_code != 0 else "a")      # (waiting until a timeout would have raised above)
 assert hand_code != 0 and "MASTER_ADDR" in error
 
 # %% [markdown]

@@ -21,6 +21,10 @@
 #
 # **Needs:** nothing beyond ddplab and torch · 4 ranks
 #
+# **Memory:** about 1.4 GiB at its peak: it fits Binder's 2 GiB, but does not fit a 1 GiB session
+# (a classroom hub), with 4 ranks or with 2 (its checks are written for 4): open it on Binder or on a
+# laptop.
+#
 # **You will see:** each rank's parameters, gradients and Adam state under DDP and FSDP2 as stacked bars;
 # the memory a rank holds through one step under DDP, FSDP2 and `SHARD_GRAD_OP`; one step's all-gathers and
 # reduce-scatters, block by block, on a timeline, and the forward with prefetching as FSDP2 does it, explicit
@@ -42,12 +46,14 @@
 #
 # **需要**：除 ddplab 和 torch 外无需其他 · 4 个 rank
 #
+# **内存**：峰值约 1.4 GiB：Binder 的 2 GiB 装得下，1 GiB 的会话（课堂用的 hub）装不下，4 个 rank 或 2 个 rank 都不行（它的检查是按 4 个 rank 写的）：请在 Binder 或笔记本电脑上打开它。
+#
 # **你将看到**：DDP 和 FSDP2 下每个 rank 的参数、梯度和 Adam 状态（堆叠柱状图）；DDP、FSDP2 和 `SHARD_GRAD_OP` 下一个 rank 在一步之中持有的内存；时间线上一步之中逐块的 all-gather 和 reduce-scatter，以及 FSDP2 默认的预取、显式预取和异步预取下的前向；以及 gloo 的 all-reduce、reduce-scatter 和 all-gather 发送的字节数和耗时。
 
 # %%
 %load_ext ddplab
 from ddplab.shared.config import cores
-from ddplab.lessons import check, draw, say
+from ddplab.lessons import check, draw, predict, reveal, say
 
 # %%
 from matplotlib.figure import Figure
@@ -406,6 +412,17 @@ stacked({"DDP": {k: d[k] for k in PARTS}, **{f"FSDP2\nrank {row.rank}": {k: geta
 #
 # 在两步之间，FSDP2 只持有分片，但一个块要用完整的参数来计算。`Watch` 的采样显示了每个块前向时以及反向期间持有的内存。下图跟踪 rank 0 的一步（最后一步）：左边是那一刻是完整张量的参数，右边是这个 rank 持有的内存，按 ddplab 在两步之间的统计，加上这一步开始以来分配器分配出去的字节来计算（`zero_grad()` 释放的梯度在反向中重新分配；激活值在前向中增长，在反向中释放）。
 
+# %% [markdown]
+# **Predict, then run.** Between steps each rank held about 1/4 of DDP's model states. What about
+# the peak *during* a step, counted as the right panel counts it? Write a number between 0 and 1:
+# rank 0's peak under FSDP2 divided by its peak under DDP (4 ranks, the steps after the first).
+
+# %% [markdown] lang=zh
+# **先预测，再运行。** 在两步之间，每个 rank 持有的模型状态约为 DDP 的 1/4。那么一步*之中*的峰值呢（按右图的算法计算）？写一个 0 到 1 之间的数：FSDP2 下 rank 0 的峰值除以 DDP 下的峰值（4 个 rank，第一步之后的各步）。
+
+# %%
+predict("19.peak", ...)    # rank 0's peak during a step under FSDP2, as a fraction of its peak under DDP
+
 # %%
 has_heap = ddp_run[0][2]
 block_bytes, head_bytes = 4 * WIDTH * (WIDTH + 1), 4 * CLASSES * (WIDTH + 1)   # a block's and the head's parameters
@@ -459,6 +476,7 @@ if has_heap:
                   f"{peaks['FSDP2'][r] / 1e6:.2f} MB under FSDP2 ({peaks['FSDP2'][r] / peaks['DDP'][r]:.2f} of DDP's)",
                   f"rank {r}：一步之中最多持有 DDP {peaks['DDP'][r] / 1e6:.2f} MB，FSDP2 {peaks['FSDP2'][r] / 1e6:.2f} MB"
                   f"（为 DDP 的 {peaks['FSDP2'][r] / peaks['DDP'][r]:.2f}）"))
+    reveal("19.peak", float(peaks["FSDP2"][0] / peaks["DDP"][0]), unit=say("× DDP's peak", "× DDP 的峰值"))
     print(say(f"rank 0, from zero_grad() to block 0's forward: the allocator handed out {(at_block0 - zeroed) / 1e6:.2f} MB, "
               f"{copies:.2f} times the {(block_bytes + head_bytes) / 1e6:.2f} MB of whole parameters in use",
               f"rank 0，从 zero_grad() 到块 0 的前向：分配器分配出去 {(at_block0 - zeroed) / 1e6:.2f} MB，"

@@ -47,7 +47,7 @@
 
 # %%
 %load_ext ddplab
-from ddplab.lessons import check, draw, say
+from ddplab.lessons import check, draw, predict, reveal, say
 
 # %%
 %ddp_start 4
@@ -440,6 +440,17 @@ print(say(f"sent by each rank per step on a ring: tensor parallel {sent_tp:,.0f}
 # %% [markdown] lang=zh
 # 这是环的情况。现在看这个进程池的 gloo。下一个单元格让每个块再运行一步，前向、损失和反向都与第 2、3 部分相同（梯度仍然是一步的梯度），并统计这期间每个 rank 写出的字节数（Linux 的 `/proc/self/io`，和第 19 课一样：gloo 的套接字通过它写出数据）。它还用 `median_seconds` 给一次对块的激活做的 all-reduce 计时，并与替换它的 all-gather 和 reduce-scatter 对比。
 
+# %% [markdown]
+# **Predict, then run.** On a ring the two blocks send the same bytes per step. On this gloo, rank 0
+# writes how many times as many bytes in one step of the sequence-parallel block as in one step of the
+# tensor-parallel block? Write a number: 1 means the same.
+
+# %% [markdown] lang=zh
+# **先预测，再运行。** 在环上，两个块每步发送的字节数相同。在这个 gloo 上，rank 0 在序列并行块的一步中写出的字节数，是它在张量并行块的一步中写出的多少倍？写一个数：1 表示相同。
+
+# %%
+predict("20.sp_bytes", ...)    # bytes rank 0 writes in a sequence-parallel step / in a tensor-parallel step, gloo
+
 # %%
 %%ddp
 from ddplab.lessons.ranks import median_seconds, written   # written(): bytes this process wrote (/proc/self/io)
@@ -475,6 +486,7 @@ if wrote[0]["tp"] is not None:
               "bytes each)",
               f"在这个 gloo 上，rank 0 一步写出的字节数：张量并行 {measured['tp']:,} 字节，序列并行 {measured['sp']:,} 字节，"
               f"是前者的 {measured['sp'] / measured['tp']:.2f} 倍（在环上：两者都是 {sent_sp:,.0f} 字节）"))
+    reveal("20.sp_bytes", float(measured["sp"] / measured["tp"]), unit=say("× tensor parallel's bytes", "× 张量并行的字节数"))
 else:
     measured = None
     print(say("This system has no /proc/self/io: only the times are measured.",

@@ -22,6 +22,10 @@
 #
 # **Needs:** nothing beyond ddplab and torch · 4 ranks, then 2
 #
+# **Memory:** about 1.2 GiB at its peak: it fits Binder's 2 GiB, but does not fit a 1 GiB session
+# (a classroom hub), with 4 ranks or with 2 (its checks are written for 4): open it on Binder or on a
+# laptop.
+#
 # **You will see:** the memory saved for backward against the compute time of a step, for three
 # settings, beside what FSDP2 shards; the recomputation on the timeline, as forward inside backward;
 # the checkpoint's files, and the bytes each rank writes with DCP and with a full state dict; and the
@@ -43,11 +47,13 @@
 #
 # **需要**：除 ddplab 和 torch 外无需其他 · 先 4 个 rank，再 2 个
 #
+# **内存**：峰值约 1.2 GiB：Binder 的 2 GiB 装得下，1 GiB 的会话（课堂用的 hub）装不下，4 个 rank 或 2 个 rank 都不行（它的检查是按 4 个 rank 写的）：请在 Binder 或笔记本电脑上打开它。
+#
 # **你将看到**：三种设置下，为反向传播保存的内存与一步的计算时间的对比，以及旁边 FSDP2 分片的那些张量；时间线上的重新计算，即反向传播之中的前向；检查点的文件，以及用 DCP 和用完整状态字典时每个 rank 写下的字节数；还有 2 个 rank 中的每一个为加载 4 个 rank 的分片读了哪些文件。
 
 # %%
 %load_ext ddplab
-from ddplab.lessons import check, draw, say
+from ddplab.lessons import check, draw, predict, reveal, say
 
 # %%
 %ddp_start 4
@@ -158,6 +164,25 @@ def build(seed, checkpointed=()):
 # **怎样测量。** 在 `torch.autograd.graph.saved_tensors_hooks(pack, unpack)` 之内，autograd 每为反向传播保存一个张量，就用这个张量调用一次 `pack`；下面的 `SavedForBackward` 记下每个张量所在的那块内存（它的 storage），每块内存只算一次，然后原样返回这个张量。参数不计入：它们的内存属于模型，模型无论如何都持有它。另外还有两项测量：`FlopCounterMode`（`torch.utils.flop_counter`）统计实际运行的每个矩阵乘法的浮点运算次数，包括前向、反向和重新计算；`time.thread_time()` 是 rank 自己那个线程的 CPU 时间。只有当 torch 只在这一个线程上计算时，它才是 torch 的全部计算，而 ddplab 给每个 rank 的 torch `cores // ranks` 个线程，至少一个（下面的单元格会打印这个进程池的线程数）：有两个或更多线程时，一次矩阵乘法会在几个线程上运行，这个线程的时间就漏掉了其他线程的时间。所以在这些测量中，单元格让每个 rank 的 torch 只用一个线程（`torch.set_num_threads(1)`），测完再恢复进程池原来的设置。它还读取 `time.process_time()`，即 rank 所有线程的 CPU 时间，并核对其中的大部分是这个线程做的（其余的是 gloo 的线程，它们运行 all-gather 和 reduce-scatter，以及 ddplab 的线程）。线程时间既不计 rank 在 FSDP 的集合通信中等待其他 rank 的时间（等待不占用 CPU），也不计它等待 CPU 核心的时间：4 个 rank 共用这台机器的 CPU 核心，在 rank 比核心多的地方，墙钟时间测到的主要是这种共用。
 #
 # 每种设置都从同一个随机种子新建一个模型，在同一个批次上用 Adam 训练 5 步。三者轮流走各自的一步（每种设置各走一步，再进入下一轮），这样无论这台机器同时还在做什么，对三者的影响都一样。
+
+# %% [markdown]
+# **Predict, then run.** Every block checkpointed, against no block checkpointed, on each rank:
+#
+# - the bytes saved for backward: what fraction of those saved without? Write a number between 0 and 1.
+# - the FLOPs of a step (forward, backward and the recompute): how many times those without? Write a
+#   number: 1 means no more work.
+
+# %% [markdown] lang=zh
+# **先预测，再运行。** 每个块都使用激活检查点，与一个块也不用相比，在每个 rank 上：
+#
+# - 为反向传播保存的字节数：是不用时的多少？写一个 0 到 1 之间的数。
+# - 一步的浮点运算次数（前向、反向和重新计算）：是不用时的多少倍？写一个数：1 表示没有多出任何计算。
+
+# %%
+predict("21.saved", ...)    # bytes saved for backward, every block checkpointed / no block checkpointed
+
+# %%
+predict("21.flops", ...)    # FLOPs of a step, every block checkpointed / no block checkpointed
 
 # %%
 %%ddp
@@ -274,6 +299,8 @@ for name in (half, every):
               f"{flops[name] / flops[none] - 1:+.0%} FLOPs, {cpu[name] / cpu[none] - 1:+.0%} CPU time",
               f"{NAMES[name]}使用激活检查点：保存的字节数为不用时的 {saved[name] / saved[none]:.0%}，"
               f"浮点运算次数 {flops[name] / flops[none] - 1:+.0%}，CPU 时间 {cpu[name] / cpu[none] - 1:+.0%}"))
+reveal("21.saved", float(saved[every] / saved[none]), unit=say("× the bytes without", "× 不用时的字节数"))
+reveal("21.flops", float(flops[every] / flops[none]), unit=say("× the FLOPs without", "× 不用时的浮点运算次数"))
 print(say("in every setting, on every rank: the first step's gradients and the parameters after 5 steps are bit for "
           "bit those of the run without checkpointing",
           "在每种设置下、每个 rank 上：第一步的梯度和 5 步之后的参数都与不用激活检查点的那次运行逐位相同"))

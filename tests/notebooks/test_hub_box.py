@@ -3,13 +3,15 @@ as JupyterHub's spawners set one), the learner an ordinary account with a user's
 more ranks than fit is refused in one line that says what fits, before anything starts; a rank that
 outgrows the session is named killed for memory, with the session's limit, and the note after the cell
 says what fits; the pool is usable again after %ddp_restart."""
+import re
+
 import nbformat
 import pytest
 from nbclient import NotebookClient
 
 from tests.users.accounts import MemoryBox
 
-from .conftest import SharedKernel
+from .conftest import NOTEBOOKS, SharedKernel
 
 LIMIT = 2**30  # a hub's 1 GiB
 pytestmark = [pytest.mark.pool, pytest.mark.slow, pytest.mark.xdist_group("binder-box")]
@@ -63,3 +65,44 @@ def test_a_one_gib_hub_says_what_fits_and_names_a_rank_killed_for_memory(learner
     assert "the kernel's OOM killer ended rank 1" in failed and "%ddp_start" in failed, failed
     assert "SUM 3" in out[7], out[7]
     print(refused.strip(), failed.strip(), f"(OOM kills in the box: {killed})", sep="\n")
+
+
+# what each lesson's top says about a 1 GiB session (measured in one, a fresh kernel each): these do not fit,
+# with 4 ranks or 2; 15 fits with 2; the others with their 4 (16 sizes its TensorFlow workers to the memory)
+TOO_BIG = {"06_model_parallel", "07_compression", "12_communication", "17_cluster", "19_fsdp", "21_checkpointing"}
+WITH_TWO = {"15_memory"}
+
+
+def test_each_lesson_that_does_not_fit_one_gib_says_so_at_its_top():
+    for folder, words in ((NOTEBOOKS, ("1 GiB", "does not fit", "start 2")), (NOTEBOOKS / "zh", ("1 GiB", "装不下", "启动 2"))):
+        for path in sorted(folder.glob("[0-9][0-9]_*.ipynb")):
+            top = nbformat.read(path, as_version=4).cells[0].source
+            said = [w in top for w in words]
+            if path.stem in TOO_BIG:
+                assert said[:2] == [True, True], f"{path}: its top does not say it needs more than 1 GiB"
+            elif path.stem in WITH_TWO:
+                assert said[0] and said[2] and "%ddp_start 2" in top, f"{path}: its top does not say to start 2 ranks"
+            else:
+                assert not said[0], f"{path}: its top speaks of 1 GiB, and it fits"
+
+
+@pytest.mark.parametrize("name", ["02_data_parallel", *sorted(WITH_TWO)])
+def test_a_lesson_runs_in_a_one_gib_hub_as_its_top_says(learner, name):
+    nb = nbformat.read(NOTEBOOKS / f"{name}.ipynb", as_version=4)
+    if name in WITH_TWO:  # as its top tells a learner in 1 GiB: every %ddp_start 4 becomes %ddp_start 2
+        for cell in nb.cells:
+            if cell.cell_type == "code":
+                cell.source = re.sub(r"%ddp_start 4\b", "%ddp_start 2", cell.source)
+    box = MemoryBox(LIMIT)
+    kernel = SharedKernel(learner, box=box)
+    try:
+        kernel._ensure()
+        NotebookClient(nb, km=kernel.km, timeout=180, kernel_name="python3",
+                       resources={"metadata": {"path": str(kernel.copy)}}).execute()
+        killed = box.oom_kills()
+    finally:
+        kernel.shutdown()
+        box.remove()
+    errors = [(c.source[:60], o.get("ename")) for c in nb.cells if c.cell_type == "code" for o in c.outputs
+              if o.output_type == "error"]
+    assert errors == [] and killed == 0, (errors, killed)

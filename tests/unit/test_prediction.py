@@ -62,3 +62,9 @@ def test_a_checked_answer_is_kept_with_its_verdict_and_reason(home, capsys):
     events = kept(home)
     assert len(events) == 1 and events[0]["kind"] == "check" and events[0]["answer"] == "(6, 6, 6, 5)"
     assert events[0]["ok"] in (True, False) and events[0]["reason"]
+
+
+def test_a_prediction_of_zero_is_told_how_far_it_is(home, capsys):
+    predict("2.spread_after", 0)
+    reveal("2.spread_after", 0.03)
+    assert "you predicted 0; measured 0.03: 0.03 apart." in capsys.readouterr().out
