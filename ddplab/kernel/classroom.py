@@ -310,6 +310,7 @@ class _File:
     problem: str | None = None  # why the whole file is skipped
     uid: int = -1
     read: int = 0  # bytes read, in all
+    partial: tuple[int, _Partial] | None = None  # (events counted, the file's share of Class.summary)
 
 
 TOO_LONG = b"x" * (MAX_LINE + 1)  # stands for a line too long to keep: counted as a malformed one
@@ -1043,26 +1044,24 @@ class Class:
         right: dict[str, set[str]] = {}
         tried: dict[str, set[str]] = {}
         wrong: dict[str, Counter[str]] = {}
-        predicted: dict[str, dict[str, tuple[int, Any]]] = {}
-        measured: dict[str, dict[str, tuple[int, float, Any]]] = {}
-        for event in self.events():
-            who, key, kind = event["learner"], event["key"], event["kind"]
-            started.setdefault(event["lesson"], set()).add(who)
-            if kind == "check":
+        predicted: dict[str, dict[str, Any]] = {}
+        measured: dict[str, dict[str, Any]] = {}
+        for state in self._learner_files():  # each file's share, kept while it has not grown: an update of the
+            learner = state.learner  # view after a few files grew reads and counts only those
+            assert learner is not None
+            part, who = _partial(state), learner
+            for lesson in part.lessons:
+                started.setdefault(lesson, set()).add(who)
+            for key in part.tried:
                 tried.setdefault(key, set()).add(who)
-                if event["ok"] is True:
-                    right.setdefault(key, set()).add(who)
-                elif event["ok"] is False and event["answer"] is not None:
-                    wrong.setdefault(key, Counter())[json.dumps(event["answer"])] += 1
-            elif kind == "prediction":
-                first = predicted.setdefault(key, {}).get(who)
-                if first is None or event["attempt"] < first[0]:
-                    value = event["answer"] if _finite(event["answer"]) else None
-                    predicted[key][who] = (event["attempt"], value)
-            if event.get("measured") is not None:
-                last = measured.setdefault(key, {}).get(who)
-                if last is None or event["time"] >= last[1]:
-                    measured[key][who] = (event["attempt"], event["time"], event["measured"])
+            for key in part.right:
+                right.setdefault(key, set()).add(who)
+            for key, answers in part.wrong.items():
+                wrong.setdefault(key, Counter()).update(answers)
+            for key, value in part.predicted.items():  # (a learner who joined again has two files: the first's)
+                predicted.setdefault(key, {}).setdefault(who, value)
+            for key, value in part.measured.items():
+                measured.setdefault(key, {})[who] = value
         lessons: dict[int, dict[str, Any]] = {}
         for lesson in sorted(set(started) | set(known or {})):
             learners = started.get(lesson, set())
@@ -1074,12 +1073,47 @@ class Class:
                   for key in sorted(tried, key=_key_order)}
         predictions = {}
         for key in sorted(predicted.keys() | measured.keys(), key=_key_order):
-            who = sorted(predicted.get(key, {}).keys() | measured.get(key, {}).keys())
-            predictions[key] = {"learners": who,
-                                "predicted": [predicted.get(key, {}).get(w, (0, None))[1] for w in who],
-                                "measured": [measured.get(key, {}).get(w, (0, 0.0, None))[2] for w in who]}
+            names = sorted(predicted.get(key, {}).keys() | measured.get(key, {}).keys())
+            predictions[key] = {"learners": names, "predicted": [predicted.get(key, {}).get(w) for w in names],
+                                "measured": [measured.get(key, {}).get(w) for w in names]}
         return {"learners": len({s.learner for s in self._learner_files()}), "lessons": lessons, "exercises": checks,
                 "predictions": predictions, "skipped": dict(self.skipped)}
+
+
+@dataclass
+class _Partial:
+    """One learner file's share of Class.summary: lessons started, exercises tried and right, wrong answers,
+    the first prediction and the last measured value of each prediction key."""
+    lessons: set[int] = field(default_factory=set)
+    tried: set[str] = field(default_factory=set)
+    right: set[str] = field(default_factory=set)
+    wrong: dict[str, Counter[str]] = field(default_factory=dict)
+    predicted: dict[str, Any] = field(default_factory=dict)
+    measured: dict[str, Any] = field(default_factory=dict)
+
+
+def _partial(state: _File) -> _Partial:
+    if state.partial is not None and state.partial[0] == len(state.events):
+        return state.partial[1]
+    part = _Partial()
+    first: dict[str, tuple[int, Any]] = {}
+    last: dict[str, tuple[float, Any]] = {}
+    for kind, key, lesson, answer, ok, attempt, when, measured, _, _ in state.events:
+        part.lessons.add(lesson)
+        if kind == "check":
+            part.tried.add(key)
+            if ok is True:
+                part.right.add(key)
+            elif ok is False and answer is not None:
+                part.wrong.setdefault(key, Counter())[json.dumps(answer)] += 1
+        elif kind == "prediction" and (key not in first or attempt < first[key][0]):
+            first[key] = (attempt, answer if _finite(answer) else None)
+        if measured is not None and (key not in last or when >= last[key][0]):
+            last[key] = (when, measured)
+    part.predicted = {key: value for key, (_, value) in first.items()}
+    part.measured = {key: value for key, (_, value) in last.items()}
+    state.partial = (len(state.events), part)
+    return part
 
 
 def _key_order(key: str) -> tuple[int, int, str]:
