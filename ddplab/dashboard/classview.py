@@ -8,18 +8,8 @@ import threading
 from collections.abc import Callable, Sequence
 from typing import Any
 
-LABELS = {
-    "en": {"title": "Class {dir}", "learners": "{n} learners", "skipped": "skipped: {what}", "lesson": "lesson",
-           "started": "started", "finished": "finished", "exercise": "exercise", "tried": "tried", "right": "right",
-           "wrong": "commonest wrong answers", "prediction": "prediction", "predicted": "predicted",
-           "measured": "measured (median)", "none": "nothing recorded yet: learners appear here as they predict "
-           "and check answers", "updated": "updated every {s:g} s", "nobody": "no prediction"},
-    "zh": {"title": "班级 {dir}", "learners": "{n} 名学员", "skipped": "已跳过：{what}", "lesson": "课",
-           "started": "已开始", "finished": "已完成", "exercise": "练习", "tried": "尝试", "right": "答对",
-           "wrong": "最常见的错误答案", "prediction": "预测", "predicted": "预测值", "measured": "测量值（中位数）",
-           "none": "还没有记录：学员做出预测、检查答案后会出现在这里", "updated": "每 {s:g} 秒更新",
-           "nobody": "没有预测"},
-}
+from ..shared import words
+
 STYLE = ("<style>.ddplab-class{font-size:22px;line-height:1.35;font-family:sans-serif}"
          ".ddplab-class table{border-collapse:collapse;margin:0.4em 0 1em}"
          ".ddplab-class td,.ddplab-class th{padding:0.15em 0.8em;border-bottom:1px solid #ccc;text-align:left}"
@@ -68,35 +58,41 @@ def _median(values: Sequence[float | None]) -> str:
 
 
 def class_html(folder: str, summary: dict[str, Any], lang: str = "en", every: float = 0.0) -> str:
-    """The view of Class.summary() as HTML."""
-    t = LABELS["zh" if lang == "zh" else "en"]
+    """The view of Class.summary() as HTML, in `lang` (the zh catalogue)."""
+    def say(text: str, **values: Any) -> str:  # (named so: the catalogue's test finds the texts said)
+        return _e(words.say(lang, text, **values))
+
+    def names(learners: Sequence[str]) -> str:  # who, as far as a projector line holds them
+        shown = ", ".join(learners[:12]) + (", ..." if len(learners) > 12 else "")
+        return f'{len(learners)} <span class="small">{_e(shown)}</span>' if learners else "0"
+
     skipped = summary.get("skipped") or {}
-    head = [f'<h3>{_e(t["title"].format(dir=folder))}</h3><div>{_e(t["learners"].format(n=summary["learners"]))}']
+    head = [f'<h3>{say("Class {dir}", dir=folder)}</h3><div>{say("{n} learners", n=summary["learners"])}']
     if skipped:
         what = ", ".join(f"{n} {reason}" for reason, n in sorted(skipped.items()))
-        head.append(f' · <span style="color:#b35900">{_e(t["skipped"].format(what=what))}</span>')
+        head.append(f' · <span style="color:#b35900">{say("skipped: {what}", what=what)}</span>')
     if every:
-        head.append(f' <span class="small">({_e(t["updated"].format(s=every))})</span>')
+        head.append(f' <span class="small">({say("updated every {s:g} s", s=every)})</span>')
     head.append("</div>")
     body: list[str] = []
     lessons = {k: v for k, v in summary["lessons"].items() if v["started"]}
     if lessons:
-        rows = "".join(f"<tr><td>{lesson}</td><td>{len(v['started'])}</td>"
-                       f"<td>{'-' if v['finished'] is None else len(v['finished'])}</td></tr>"
+        rows = "".join(f"<tr><td>{lesson}</td><td>{names(v['started'])}</td>"
+                       f"<td>{'-' if v['finished'] is None else names(v['finished'])}</td></tr>"
                        for lesson, v in sorted(lessons.items()))
-        body.append(f"<table><tr><th>{t['lesson']}</th><th>{t['started']}</th><th>{t['finished']}</th></tr>{rows}</table>")
+        body.append(f"<table><tr><th>{say('lesson')}</th><th>{say('started')}</th><th>{say('finished')}</th></tr>{rows}</table>")
     if summary["exercises"]:
         rows = "".join(f"<tr><td>{_e(key)}</td><td>{v['tried']}</td><td>{v['right']}</td><td>"
                        + _e(", ".join(f"{a} ({n})" for a, n in v["wrong"])) + "</td></tr>"
                        for key, v in summary["exercises"].items())
-        body.append(f"<table><tr><th>{t['exercise']}</th><th>{t['tried']}</th><th>{t['right']}</th>"
-                    f"<th>{t['wrong']}</th></tr>{rows}</table>")
+        body.append(f"<table><tr><th>{say('exercise')}</th><th>{say('tried')}</th><th>{say('class view|right')}</th>"
+                    f"<th>{say('commonest wrong answers')}</th></tr>{rows}</table>")
     for key, v in summary["predictions"].items():
         n = sum(p is not None for p in v["predicted"])
-        body.append(f"<div><b>{t['prediction']} {_e(key)}</b> · {t['predicted']}: {n} · {t['measured']}: "
-                    f"{_median(v['measured'])}</div>" + (histogram(v["predicted"], v["measured"]) or t["nobody"]))
+        body.append(f"<div><b>{say('prediction')} {_e(key)}</b> · {say('predicted')}: {n} · {say('measured (median)')}: "
+                    f"{_median(v['measured'])}</div>" + (histogram(v["predicted"], v["measured"]) or say("no prediction")))
     if not body:
-        body.append(f"<p>{_e(t['none'])}</p>")
+        body.append(f"<p>{say('nothing recorded yet: learners appear here as they predict and check answers')}</p>")
     return f'{STYLE}<div class="ddplab-class">{"".join(head)}{"".join(body)}</div>'
 
 

@@ -18,6 +18,7 @@ from ..dashboard.text import Progress, show_result
 from ..processes.zygote import held as zygote_held
 from ..shared.config import PoolConfig
 from ..shared.errors import CellTimeout, DDPLabError, Interrupted, RankFailed, UsageProblem
+from ..shared.words import say
 from .lab import Lab
 
 T = TypeVar("T")
@@ -287,13 +288,19 @@ class DDPMagics(Magics):
             raise UsageError(f"not defined in the notebook: {', '.join(missing)}")
         _usage(self._lab().push, **{n: shell.user_ns[n] for n in args.names})
 
+    def _lang(self) -> str:
+        """The language of the last pool, or of the next one (DDPLab.lang, the notebook's folder)."""
+        from ..shared.config import tunables
+
+        return self.lab.config.lang if self.lab is not None else (tunables().lang or "en")
+
     @line_magic
     def ddp_status(self, line: str) -> None:
         """Show ranks, engines, pids, hosts, threads, backend and states."""
         if line.strip():
             raise UsageError("%ddp_status takes no arguments")
         if self.lab is None or not self.lab.running:
-            print("ddplab: no pool is running; start one with %ddp_start")
+            print("ddplab: " + say(self._lang(), "no pool is running; start one with %ddp_start"))
             return
         print("\n".join(self.lab.report.status()))
         self.lab.view.show()
@@ -324,7 +331,7 @@ class DDPMagics(Magics):
         --shutdown."""
         args = _parse(self.ddp_stop, line)
         if self.lab is None or not self.lab.running:
-            print("ddplab: no pool is running")
+            print("ddplab: " + say(self._lang(), "no pool is running"))
             return
         tic = time.perf_counter()
         lab = self.lab

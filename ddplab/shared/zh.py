@@ -4,6 +4,25 @@ engine 引擎, pool 进程池, cell 单元格, step 步, straggler 慢节点. A 
 text for one context of several (the dashboard's "running" is not the elapsed time's)."""
 
 ZH: dict[str, str] = {
+    # --- dashboard/classview.py (the teacher's view)
+    "Class {dir}": "班级 {dir}",
+    "{n} learners": "{n} 名学员",
+    "skipped: {what}": "已跳过：{what}",
+    "updated every {s:g} s": "每 {s:g} 秒更新",
+    "lesson": "课",
+    "started": "已开始",
+    "finished": "已完成",
+    "exercise": "练习",
+    "tried": "尝试",
+    "class view|right": "答对",
+    "commonest wrong answers": "最常见的错误答案",
+    "prediction": "预测",
+    "predicted": "预测值",
+    "measured (median)": "测量值（中位数）",
+    "no prediction": "没有预测",
+    "nothing recorded yet: learners appear here as they predict and check answers": "还没有记录：学员做出预测、检查答案后会出现在这里",
+    "no pool is running": "没有正在运行的进程池",
+    "no pool is running; start one with %ddp_start": "没有正在运行的进程池；用 %ddp_start 启动一个",
     # --- magics.py
     "a pool of {n} ranks is already running; nothing changed. Use %ddp_restart for a fresh pool, or %ddp_stop then %ddp_start N.":
         "已有一个 {n} 个 rank 的进程池在运行，什么也没有改变。要一个新的进程池用 %ddp_restart，或者先 %ddp_stop 再 %ddp_start N。",

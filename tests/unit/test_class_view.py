@@ -4,7 +4,7 @@ import os
 
 import pytest
 from IPython.core.error import UsageError
-from IPython.testing.globalipapp import start_ipython
+from IPython.testing.globalipapp import get_ipython
 
 from ddplab.dashboard.classview import class_html, histogram
 from ddplab.kernel import classroom as c
@@ -23,7 +23,7 @@ def home(tmp_path, monkeypatch):
 
 @pytest.fixture(scope="module")
 def shell():
-    ip = start_ipython()
+    ip = get_ipython()  # (the one the worker has, or a new one)
     ip.register_magics(DDPClassMagics(ip))
     return ip
 
@@ -53,7 +53,8 @@ def test_the_view_counts_what_the_learners_did(tmp_path):
     klass = c.Class(path, exercises={4: ["4.1"]})
     page = class_html(str(path), klass.summary())
     assert "3 learners" in page and "skipped: 1 symlink" in page
-    assert "<td>4</td><td>3</td><td>1</td>" in page  # lesson 4: 3 started, 1 finished (ann)
+    # lesson 4: started by 3 (named), finished by ann alone
+    assert '<td>4</td><td>3 <span class="small">ann, bo, cy</span></td><td>1 <span class="small">ann</span></td>' in page
     assert "<td>4.1</td><td>2</td><td>1</td><td>7 (3)</td>" in page  # tried 2, right 1, 7 three times
     assert "prediction 4.overlap</b> · predicted: 3 · measured (median): 0.2" in page and "<svg" in page
     zh = class_html(str(path), klass.summary(), lang="zh")
@@ -102,3 +103,41 @@ def test_the_report_magic_writes_the_three_files_or_says_why_not(tmp_path, shell
     shell.run_line_magic("ddp_report", str(tmp_path / "r"))
     assert "wrote" in capsys.readouterr().out
     assert sorted(p.name for p in (tmp_path / "r").iterdir()) == ["report.json", "report.md", "results.json"]
+
+
+def test_the_view_updates_in_place_while_learners_work(tmp_path):
+    import threading
+    import time
+
+    from ddplab.dashboard.classview import ClassView
+
+    path = a_class(tmp_path)
+    klass = c.Class(path, exercises={4: ["4.1"]})
+
+    def summarize():
+        klass.refresh()
+        return klass.summary()
+
+    pages = []
+
+    class Handle:  # (what display(..., display_id=True) returns: update() replaces the output in place)
+        def update(self, obj):
+            pages.append(obj.data)
+
+    view = ClassView(str(path), summarize, every=0.05)
+    view.handle, view.last = Handle(), view.html()
+    thread = threading.Thread(target=view._run, daemon=True)
+    thread.start()
+    try:
+        time.sleep(0.3)
+        assert pages == []  # nothing changed: nothing sent
+        with open(path / f"bo-{'0' * 16}.jsonl", "ab") as f:
+            f.write(c.line(c.make_event("check", "4.1", 3, True, learner="bo", attempt=3)))
+        deadline = time.monotonic() + 10
+        while not pages and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert pages and '<td>4.1</td><td>2</td><td>2</td>' in pages[-1]  # bo now right too
+    finally:
+        view.stop()
+        thread.join(5)
+    assert not thread.is_alive()
