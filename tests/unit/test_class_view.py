@@ -4,7 +4,6 @@ import os
 
 import pytest
 from IPython.core.error import UsageError
-from IPython.testing.globalipapp import get_ipython
 
 from ddplab.dashboard.classview import class_html, histogram
 from ddplab.kernel import classroom as c
@@ -21,10 +20,10 @@ def home(tmp_path, monkeypatch):
     return folder
 
 
-@pytest.fixture(scope="module")
-def shell():
-    ip = get_ipython()  # (the one the worker has, or a new one)
-    ip.register_magics(DDPClassMagics(ip))
+@pytest.fixture
+def shell(ip):
+    """The session's shell, with ddplab loaded (tests/conftest.py): the classroom's magics registered."""
+    assert "ddp_class" in ip.magics_manager.magics["line"]
     return ip
 
 
