@@ -190,6 +190,17 @@ def test_dashboard_renders_and_updates_live(front_end, browser):
     follow_the_quickstart(browser, name, url, token, FRONT_ENDS[name]["suffix"], frames=4)
 
 
+def shoot(element, path, tries=3):
+    """A picture of an element; where the page redraws its output in place (the HTML dashboard, once a
+    second) the element may be replaced while the picture is taken: the new one is taken instead."""
+    for attempt in range(tries):
+        try:
+            return element.screenshot(path=str(path))
+        except Exception as exc:  # noqa: BLE001 - Playwright's Error: "Element is not attached to the DOM"
+            if "not attached" not in str(exc) or attempt == tries - 1:
+                raise
+
+
 def follow_the_quickstart(browser, name, url, token, suffix, frames):
     """Run the quick start and follow its live dashboard (`frames`: the loss plot's frames to see while it trains)."""
     ARTIFACTS.mkdir(exist_ok=True)
@@ -212,7 +223,7 @@ def follow_the_quickstart(browser, name, url, token, suffix, frames):
     live = page.locator(".ddplab-dashboard").first
     live.evaluate("e => e.scrollIntoView({block: 'start'})")
     page.screenshot(path=str(ARTIFACTS / f"{name}.png"))  # the front end around it (docs/getting-started.md)
-    live.screenshot(path=str(ARTIFACTS / f"dashboard-live{suffix}.png"))
+    shoot(live, ARTIFACTS / f"dashboard-live{suffix}.png")
     try:
         page.wait_for_function(FINISHED, timeout=max(1_000, 180_000 - 1000 * (time.monotonic() - began)))
     except Exception:  # noqa: BLE001 - Playwright's TimeoutError
