@@ -8,16 +8,9 @@ from IPython.core.error import UsageError
 from ddplab.dashboard.classview import class_html, histogram
 from ddplab.kernel import classroom as c
 from ddplab.lessons.class_magics import DDPClassMagics
+from tests.unit.test_classroom import home  # noqa: F401 - its own HOME for each test (autouse)
 
 OTHER = 54321
-
-
-@pytest.fixture(autouse=True)
-def home(tmp_path, monkeypatch):
-    folder = tmp_path / "home"
-    folder.mkdir(mode=0o700)
-    monkeypatch.setenv("HOME", str(folder))
-    return folder
 
 
 @pytest.fixture
