@@ -20,24 +20,26 @@ def usable_cores() -> int:
     return max(1, min(n, quota)) if quota else n
 
 
-def cgroup_cpu_quota(root: str = "/sys/fs/cgroup") -> int | None:
-    """The container's CPU limit in whole CPUs (rounded up), or None if there is none."""
-    try:  # cgroup v2: "max 100000" or "150000 100000"
-        with open(os.path.join(root, "cpu.max")) as f:
-            quota, period = f.read().split()[:2]
-        if quota != "max":
-            return -(-int(quota) // int(period))
-        return None
-    except (OSError, ValueError):
-        pass
-    try:  # cgroup v1
-        with open(os.path.join(root, "cpu", "cpu.cfs_quota_us")) as f:
-            quota_us = int(f.read())
-        with open(os.path.join(root, "cpu", "cpu.cfs_period_us")) as f:
-            period_us = int(f.read())
-        return -(-quota_us // period_us) if quota_us > 0 else None
-    except (OSError, ValueError):
-        return None
+def cgroup_cpu_quota(root: str = "/sys/fs/cgroup", proc: str = "/proc/self/cgroup") -> int | None:
+    """The session's CPU limit in whole CPUs (rounded up), or None if there is none: the smallest quota
+    over this process's cpu cgroup and each one above it (v2's cpu.max, v1's cpu.cfs_quota_us), as a
+    container (Binder, docker) shows it at the root or a hub's spawner sets it on the session's own."""
+    quotas = []
+    for version, folder in cgroups("cpu", root, proc):
+        if version == 2:  # "max 100000" or "150000 100000"
+            try:
+                with open(os.path.join(folder, "cpu.max")) as f:
+                    quota, period = f.read().split()[:2]
+                if quota != "max":
+                    quotas.append(-(-int(quota) // int(period)))
+            except (OSError, ValueError):
+                pass
+        else:
+            quota_us = _read_int(os.path.join(folder, "cpu.cfs_quota_us"))
+            period_us = _read_int(os.path.join(folder, "cpu.cfs_period_us"))
+            if quota_us is not None and quota_us > 0 and period_us:
+                quotas.append(-(-quota_us // period_us))
+    return min(quotas) if quotas else None
 
 
 UNLIMITED = 2**60  # cgroup v1 writes "no limit" as a huge number (9223372036854771712)
@@ -46,9 +48,9 @@ MEMORY_FILES: dict[int, tuple[str, str, str]] = {
     1: ("memory.limit_in_bytes", "memory.usage_in_bytes", "total_inactive_file")}
 
 
-def memory_cgroups(root: str = "/sys/fs/cgroup", proc: str = "/proc/self/cgroup") -> list[tuple[int, str]]:
-    """[(cgroup version, folder)] of this process's memory cgroup and each one above it (a limit
-    anywhere above holds too), then the root's as a container shows it."""
+def cgroups(controller: str, root: str = "/sys/fs/cgroup", proc: str = "/proc/self/cgroup") -> list[tuple[int, str]]:
+    """[(cgroup version, folder)] of this process's cgroup for `controller` ("memory", "cpu") and each
+    one above it (a limit anywhere above holds too), then the root's as a container shows it."""
     found: list[tuple[int, str]] = []
     try:
         with open(proc) as f:
@@ -59,13 +61,18 @@ def memory_cgroups(root: str = "/sys/fs/cgroup", proc: str = "/proc/self/cgroup"
         _, controllers, path = line.split(":", 2)
         if controllers == "":
             version, base = 2, root
-        elif "memory" in controllers.split(","):
-            version, base = 1, os.path.join(root, "memory")
+        elif controller in controllers.split(","):
+            version, base = 1, os.path.join(root, controller)
         else:
             continue
         parts = [p for p in path.split("/") if p]
         found += [(version, os.path.join(base, *parts[:i])) for i in range(len(parts), 0, -1)]
-    return found + [(2, root), (1, os.path.join(root, "memory"))]
+    return found + [(2, root), (1, os.path.join(root, controller))]
+
+
+def memory_cgroups(root: str = "/sys/fs/cgroup", proc: str = "/proc/self/cgroup") -> list[tuple[int, str]]:
+    """cgroups("memory"): where the session's memory limit may be."""
+    return cgroups("memory", root, proc)
 
 
 def _read_int(path: str) -> int | None:

@@ -134,10 +134,10 @@ def learner():
 @pytest.fixture(scope="session")
 def kernel(learner):
     """The English edition's kernel, in a session the size of Binder's: every process it starts in a 2 GiB
-    memory cgroup (each lesson's peak is measured there), and refused user namespaces, as Binder's and
+    memory cgroup (each lesson's peak is measured there) with a quota of 1 CPU, and refused user namespaces, as Binder's and
     Docker's containers refuse them (tests/users/nouserns.py: the pools share the machine's network and
     guard it as they do there)."""
-    box, folder = MemoryBox(BINDER), scripts()
+    box, folder = MemoryBox(BINDER, cpus=1), scripts()
     shared = SharedKernel(learner, box=box, launcher=(SYSTEM_PYTHON, "-I", folder / "nouserns.py", "--"))
     yield shared
     shared.shutdown()

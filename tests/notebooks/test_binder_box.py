@@ -1,5 +1,5 @@
-"""Lesson 16's English edition, run in a session the size of Binder's: 2 GiB of memory for the kernel
-and everything it starts (a memory cgroup, as a Binder container's), run as the learner with Binder's
+"""Lesson 16's English edition, run in a session the size of Binder's: 2 GiB of memory and 1 CPU for the
+kernel and everything it starts (memory and cpu cgroups, as a Binder container's), run as the learner with Binder's
 install (the frameworks extra: binder/postBuild) and binder/start's single thread, and checked as every
 lesson is (test_lessons.check_lesson; its Chinese edition runs there, with the machine's memory). Four
 TensorFlow workers would hold about 2.2 GiB here: the lesson reads the session's limit, runs TensorFlow
@@ -36,7 +36,7 @@ class Peak(threading.Thread):
 
 
 def test_lesson_16_runs_within_a_binder_sessions_memory(learner):
-    box = MemoryBox(LIMIT)
+    box = MemoryBox(LIMIT, cpus=1)
     kernel = SharedKernel(learner, box=box)
     try:
         kernel._ensure()

@@ -1,5 +1,5 @@
-"""A classroom hub's session: 1 GiB of memory for the kernel and everything it starts (a memory cgroup,
-as JupyterHub's spawners set one), the learner an ordinary account with a user's install. Asking for
+"""A classroom hub's session: 1 GiB of memory and 1 CPU for the kernel and everything it starts (memory
+and cpu cgroups, as JupyterHub's spawners set them), the learner an ordinary account with a user's install. Asking for
 more ranks than fit is refused in one line that says what fits, before anything starts; a rank that
 outgrows the session is named killed for memory, with the session's limit, and the note after the cell
 says what fits; the pool is usable again after %ddp_restart."""
@@ -17,7 +17,7 @@ LIMIT = 2**30  # a hub's 1 GiB
 pytestmark = [pytest.mark.pool, pytest.mark.slow, pytest.mark.xdist_group("binder-box")]
 
 CELLS = [
-    "%load_ext ddplab",
+    "%load_ext ddplab\nfrom ddplab.shared import system\nprint('SESSION', system.usable_cores(), system.memory_limit())",
     # more than fit: refused before anything starts
     "from IPython.core.error import UsageError\n"
     "try:\n"
@@ -43,7 +43,7 @@ CELLS = [
 
 
 def test_a_one_gib_hub_says_what_fits_and_names_a_rank_killed_for_memory(learner):
-    box = MemoryBox(LIMIT)
+    box = MemoryBox(LIMIT, cpus=1)
     kernel = SharedKernel(learner, box=box)
     try:
         kernel._ensure()
@@ -55,6 +55,7 @@ def test_a_one_gib_hub_says_what_fits_and_names_a_rank_killed_for_memory(learner
         box.remove()
     out = ["".join(o.get("text", "") + "".join(o.get("data", {}).get("text/plain", "")) for o in c.outputs)
            for c in nb.cells]
+    assert "SESSION 1 1073741824" in out[0], out[0]  # ddplab reads the session's CPU quota and memory limit
     refused = out[1]
     assert "REFUSED 8 ranks need about" in refused and "free of its 1.00 GiB" in refused, refused
     assert "fits, or %ddp_start 8 --force starts them anyway" in refused and "RUNNING None" in refused, refused
@@ -93,7 +94,7 @@ def test_a_lesson_runs_in_a_one_gib_hub_as_its_top_says(learner, name):
         for cell in nb.cells:
             if cell.cell_type == "code":
                 cell.source = re.sub(r"%ddp_start 4\b", "%ddp_start 2", cell.source)
-    box = MemoryBox(LIMIT)
+    box = MemoryBox(LIMIT, cpus=1)
     kernel = SharedKernel(learner, box=box)
     try:
         kernel._ensure()

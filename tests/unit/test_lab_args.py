@@ -129,6 +129,19 @@ def test_cores_follow_a_container_quota(tmp_path, monkeypatch):
     (v1 / "cpu" / "cpu.cfs_period_us").write_text("100000\n")
     assert cgroup_cpu_quota(str(v1)) == 1
     assert cgroup_cpu_quota(str(tmp_path / "none")) is None
+    # a hub's spawner puts the quota on the session's own cgroup, below the root: found there too
+    proc = tmp_path / "cgroup"
+    nested = tmp_path / "nested"
+    (nested / "cpu" / "hub" / "alice").mkdir(parents=True)
+    (nested / "cpu" / "hub" / "alice" / "cpu.cfs_quota_us").write_text("-1\n")
+    (nested / "cpu" / "hub" / "cpu.cfs_quota_us").write_text("150000\n")
+    (nested / "cpu" / "hub" / "cpu.cfs_period_us").write_text("100000\n")
+    proc.write_text("4:memory:/hub/alice\n3:cpu,cpuacct:/hub/alice\n")
+    assert cgroup_cpu_quota(str(nested), str(proc)) == 2
+    (nested / "session").mkdir()
+    (nested / "session" / "cpu.max").write_text("100000 100000\n")
+    proc.write_text("0::/session\n")
+    assert cgroup_cpu_quota(str(nested), str(proc)) == 1
     from ddplab.shared.config import DDPLab, tunables
 
     monkeypatch.setenv("DDPLAB_CORES", "3")

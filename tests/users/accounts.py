@@ -227,20 +227,31 @@ def user_kernel(account, python, launcher=(), box=None):
 
 
 class MemoryBox:
-    """A session's memory limit, as Binder's (2 GiB) or a hub's (1 GiB): a memory cgroup made under this
-    process's own (cgroup v1's memory controller, or v2), limited to `limit` bytes for every process
-    that joins it and every process those start. Removed (remove()) once they are gone."""
+    """A session's limits, as Binder's (2 GiB, 1 CPU) or a hub's (1 GiB, 1 CPU): a memory cgroup made
+    under this process's own (cgroup v1's memory controller, or v2), limited to `limit` bytes, and with
+    `cpus` a CPU quota of that many CPUs (v1's cpu controller, or cpu.max in the same v2 cgroup), for
+    every process that joins it and every process those start. Removed (remove()) once they are gone."""
 
-    def __init__(self, limit):
-        from ddplab.shared.system import memory_cgroups
+    def __init__(self, limit, cpus=None):
+        from ddplab.shared.system import cgroups, memory_cgroups
 
         version, parent = next((v, f) for v, f in memory_cgroups() if os.path.isdir(f))
-        self.version, self.path = version, os.path.join(parent, f"ddplab-box-{secrets.token_hex(3)}")
+        name = f"ddplab-box-{secrets.token_hex(3)}"
+        self.version, self.path = version, os.path.join(parent, name)
         os.mkdir(self.path)
         self._write("memory.limit_in_bytes" if version == 1 else "memory.max", str(limit))
         if version == 1:
             self._write("memory.swappiness", "0")  # (a session without swap: Binder's)
-        self.limit = limit
+        self.limit, self.cpus, self.cpu_path = limit, cpus, None
+        if cpus and version == 2:
+            self._write("cpu.max", f"{cpus * 100_000} 100000")
+        elif cpus:
+            parent = next(f for v, f in cgroups("cpu") if v == 1 and os.path.isdir(f))
+            self.cpu_path = os.path.join(parent, name)
+            os.mkdir(self.cpu_path)
+            for key, value in (("cpu.cfs_period_us", 100_000), ("cpu.cfs_quota_us", cpus * 100_000)):
+                with open(os.path.join(self.cpu_path, key), "w") as f:
+                    f.write(str(value))
 
     def _write(self, name, text):
         with open(os.path.join(self.path, name), "w") as f:
@@ -252,7 +263,8 @@ class MemoryBox:
 
     def join(self):
         """A command prefix (run as root) that moves itself into the box, then execs the rest."""
-        return ["sh", "-c", f'echo $$ > {self.path}/cgroup.procs && exec "$@"', "box"]
+        joins = " && ".join(f"echo $$ > {folder}/cgroup.procs" for folder in (self.path, self.cpu_path) if folder)
+        return ["sh", "-c", f'{joins} && exec "$@"', "box"]
 
     def peak(self):
         """The most the box's processes held at once, page cache included (bytes)."""
@@ -277,6 +289,8 @@ class MemoryBox:
                 pass
         wait_until(lambda: not self._read("cgroup.procs").split(), 10)
         os.rmdir(self.path)
+        if self.cpu_path:
+            os.rmdir(self.cpu_path)
 
 
 def account_env(account, **extra):
