@@ -27,6 +27,13 @@ def ratios(a, b):
     return [x / y for x, y in zip(a, b)]
 
 
+def around(baseline):
+    """For runs alternating T K T K ... T: each kernel's baseline, the mean of the T runs just before and
+    just after it. This VM's speed drifts over a bench (torchrun's own runs rose 9% in one half hour);
+    the two sides cancel a steady drift, where one side alone takes it for the lab's cost (or hides it)."""
+    return [(before + after) / 2 for before, after in zip(baseline, baseline[1:])]
+
+
 def ipc_kernel():
     """A kernel manager whose kernel talks over socket files in a private temporary folder: no TCP
     ports to race for when kernels start side by side, none open to other users."""

@@ -15,7 +15,7 @@ import statistics
 
 from ddplab.shared.config import cores
 
-from .common import in_kernel, python, ratios, result
+from .common import around, in_kernel, python, ratios, result
 
 SETUP = """\
 %load_ext ddplab
@@ -112,20 +112,17 @@ def run(quick=False):
     all_cores = torchrun(n, steps, cores())  # one run: the target is far below what it measures
     base = single_process(steps, cores())
     rates = scaling(sizes, steps)
-    # each kernel against the mean of the torchrun runs just before and just after it: this VM's speed
-    # drifts over the half hour (torchrun's own runs rose 9% in one), and the neighbours' mean cancels a
-    # steady drift, where the run on one side alone takes it for the lab's cost (or hides it)
-    around = [(before + after) / 2 for before, after in zip(one_thread, one_thread[1:])]
+    baseline = around(one_thread)
     return [
         result("train_first_vs_torchrun", f"the first %%ddp training right after %ddp_start {n}, dashboard on / "
                "the torchrun runs just before and after its fresh kernel (their mean), 1 thread per rank",
-               ratios(firsts, around), target=(">=", 0.99), ddplab=firsts, torchrun=one_thread),
+               ratios(firsts, baseline), target=(">=", 0.99), ddplab=firsts, torchrun=one_thread),
         result("train_vs_torchrun", f"the second %%ddp training in those kernels, {n} ranks, dashboard on / the "
-               "torchrun runs around its kernel (their mean), 1 thread per rank", ratios(laters, around),
+               "torchrun runs around its kernel (their mean), 1 thread per rank", ratios(laters, baseline),
                target=(">=", 0.99), ddplab=laters, torchrun=one_thread),
         result("train_untimed_vs_torchrun", f"a third %%ddp training in those kernels after %ddp_timeline --off, "
                f"{n} ranks, dashboard on / the torchrun runs around its kernel (what the lab costs without "
-               "the timeline's hooks)", ratios(untimed, around), ddplab=untimed, torchrun=one_thread),
+               "the timeline's hooks)", ratios(untimed, baseline), ddplab=untimed, torchrun=one_thread),
         result("train_vs_all_cores", f"those second %%ddp trainings, {n} ranks, dashboard on / torchrun, every rank using all "
                f"{cores()} cores", [x / all_cores for x in laters], target=(">=", 2.5), torchrun_all_cores=all_cores),
         result("dashboard_on_off", f"%%ddp training, {n} ranks: dashboard on / off (same kernel, adjacent "

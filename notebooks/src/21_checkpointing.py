@@ -22,9 +22,9 @@
 #
 # **Needs:** nothing beyond ddplab and torch · 4 ranks, then 2
 #
-# **Memory:** about 1.2 GiB at its peak: it fits Binder's 2 GiB, but does not fit a 1 GiB session
-# (a classroom hub), with 4 ranks or with 2 (its checks are written for 4): open it on Binder or on a
-# laptop.
+# **Memory:** about 1.2 GiB at its peak: it fits Binder's 2 GiB, but not a 1 GiB session (a classroom
+# hub). There, set `RANKS = 2` in the cell that starts the pool: the lesson then saves with 2 ranks and
+# loads onto 1 (about 0.8 GiB; the text still speaks of 4 and 2, the outputs say what ran).
 #
 # **You will see:** the memory saved for backward against the compute time of a step, for three
 # settings, beside what FSDP2 shards; the recomputation on the timeline, as forward inside backward;
@@ -47,7 +47,7 @@
 #
 # **需要**：除 ddplab 和 torch 外无需其他 · 先 4 个 rank，再 2 个
 #
-# **内存**：峰值约 1.2 GiB：Binder 的 2 GiB 装得下，1 GiB 的会话（课堂用的 hub）装不下，4 个 rank 或 2 个 rank 都不行（它的检查是按 4 个 rank 写的）：请在 Binder 或笔记本电脑上打开它。
+# **内存**：峰值约 1.2 GiB：Binder 的 2 GiB 装得下，1 GiB 的会话（课堂用的 hub）装不下。在那里，把启动进程池的单元格中的 `RANKS = 4` 改成 `RANKS = 2`：这一课就用 2 个 rank 保存，再加载到 1 个 rank 上（约 0.8 GiB；正文仍然按 4 个和 2 个来讲，输出会说明实际运行的是多少个）。
 #
 # **你将看到**：三种设置下，为反向传播保存的内存与一步的计算时间的对比，以及旁边 FSDP2 分片的那些张量；时间线上的重新计算，即反向传播之中的前向；检查点的文件，以及用 DCP 和用完整状态字典时每个 rank 写下的字节数；还有 2 个 rank 中的每一个为加载 4 个 rank 的分片读了哪些文件。
 
@@ -56,7 +56,8 @@
 from ddplab.lessons import check, draw, predict, reveal, say
 
 # %%
-%ddp_start 4
+RANKS = 4          # the pool that trains and saves; section 3 loads its checkpoint onto half as many
+%ddp_start $RANKS
 
 # %% [markdown]
 # ## 1. Activation checkpointing: memory against time
@@ -413,7 +414,7 @@ print(say(f"rank 0's shards of the parameters and Adam's state: {states / 1e6:.2
           f"{saved[none] / 1e6:.2f} MB，是前者的 {saved[none] / states:.1f} 倍；每个块都用激活检查点时为 "
           f"{saved[every] / 1e6:.2f} MB"))
 P = L * (W * H + H + H * W + W)                      # the model's parameters
-assert memory["params"] == 4 * P / 4                 # float32, a quarter on each of the 4 ranks
+assert memory["params"] == 4 * P / RANKS             # float32 (4 bytes), a share on each rank: a quarter of 4
 assert saved[none] > 2 * states
 
 # %% [markdown]
@@ -534,17 +535,17 @@ folder = os.path.join(ckpt_dir, "sharded")
 files = {name: os.path.getsize(os.path.join(folder, name)) for name in sorted(os.listdir(folder))}
 for name, size in files.items():
     print(f"  {name:<14} {size:>10,} " + say("bytes", "字节"))
-written = {r: files[f"__{r}_0.distcp"] for r in range(4)}
-assert sorted(files) == [".metadata"] + [f"__{r}_0.distcp" for r in range(4)]       # one file per rank, and the map
-records = 4 * dtensors + (count - dtensors)               # tensors written: 4 pieces of each sharded one
+written = {r: files[f"__{r}_0.distcp"] for r in range(RANKS)}
+assert sorted(files) == [".metadata"] + [f"__{r}_0.distcp" for r in range(RANKS)]   # one file per rank, and the map
+records = RANKS * dtensors + (count - dtensors)           # tensors written: 4 pieces of each sharded one
 framing = (sum(written.values()) - sum(shards)) / records
-for r in range(4):
+for r in range(RANKS):
     print(say(f"rank {r}: its shards {shards[r] / 1e6:.2f} MB, its file {written[r] / 1e6:.2f} MB",
               f"rank {r}：它的分片 {shards[r] / 1e6:.2f} MB，它的文件 {written[r] / 1e6:.2f} MB"))
     assert shards[r] < written[r] < 1.1 * shards[r], (r, shards[r], written[r])
-print(say(f"the {count} tensors of the state take {whole / 1e6:.2f} MB whole; the 4 files {sum(written.values()) / 1e6:.2f} MB: "
+print(say(f"the {count} tensors of the state take {whole / 1e6:.2f} MB whole; the {RANKS} files {sum(written.values()) / 1e6:.2f} MB: "
           f"about {framing:.0f} bytes more per piece written (DCP stores each as a small torch.save record)",
-          f"状态中的 {count} 个张量完整时占 {whole / 1e6:.2f} MB；4 个文件共 {sum(written.values()) / 1e6:.2f} MB："
+          f"状态中的 {count} 个张量完整时占 {whole / 1e6:.2f} MB；{RANKS} 个文件共 {sum(written.values()) / 1e6:.2f} MB："
           f"写下的每一块大约多出 {framing:.0f} 字节（DCP 把每一块存成一条小小的 torch.save 记录）"))
 
 # %% [markdown]
@@ -575,25 +576,25 @@ del full_model, full_opt
 # %%
 held = %ddp_gather held
 full = os.path.getsize(os.path.join(ckpt_dir, "full.pt"))
-assert held[0] == whole and held[1:] == [0, 0, 0], held     # rank 0 held the whole state at once
+assert held[0] == whole and held[1:] == [0] * (RANKS - 1), held   # rank 0 held the whole state at once
 assert abs(full - sum(written.values())) < 0.1 * full
-print(say(f"full state dict: rank 0 held {held[0] / 1e6:.2f} MB at once and wrote {full / 1e6:.2f} MB; ranks 1-3 wrote nothing",
-          f"完整状态字典：rank 0 一次持有 {held[0] / 1e6:.2f} MB，写了 {full / 1e6:.2f} MB；rank 1-3 什么也没写"))
-print(say(f"DCP: each rank wrote about {sum(written.values()) / 4 / 1e6:.2f} MB, its own shards, and held nothing more",
-          f"DCP：每个 rank 写了大约 {sum(written.values()) / 4 / 1e6:.2f} MB，即它自己的分片，没有多持有任何东西"))
+print(say(f"full state dict: rank 0 held {held[0] / 1e6:.2f} MB at once and wrote {full / 1e6:.2f} MB; ranks 1-{RANKS - 1} wrote nothing",
+          f"完整状态字典：rank 0 一次持有 {held[0] / 1e6:.2f} MB，写了 {full / 1e6:.2f} MB；rank 1-{RANKS - 1} 什么也没写"))
+print(say(f"DCP: each rank wrote about {sum(written.values()) / RANKS / 1e6:.2f} MB, its own shards, and held nothing more",
+          f"DCP：每个 rank 写了大约 {sum(written.values()) / RANKS / 1e6:.2f} MB，即它自己的分片，没有多持有任何东西"))
 
 
 @draw._styled
 def written_by_rank():
     fig = Figure(figsize=(6.4, 3.2), layout="constrained")
     ax = fig.subplots()
-    ways = {say("DCP (sharded)", "DCP（分片）"): [written[r] / 1e6 for r in range(4)],
-            say("full state dict (rank 0)", "完整状态字典（rank 0）"): [(full if r == 0 else 0) / 1e6 for r in range(4)]}
+    ways = {say("DCP (sharded)", "DCP（分片）"): [written[r] / 1e6 for r in range(RANKS)],
+            say("full state dict (rank 0)", "完整状态字典（rank 0）"): [(full if r == 0 else 0) / 1e6 for r in range(RANKS)]}
     for i, (label, values) in enumerate(ways.items()):
-        xs = [r + (i - 0.5) * 0.38 for r in range(4)]
+        xs = [r + (i - 0.5) * 0.38 for r in range(RANKS)]
         bars = ax.bar(xs, values, width=0.38, label=label, color=draw.KIND_COLORS[i])
         ax.bar_label(bars, [f"{v:.2f}" if v else "0" for v in values], fontsize=8)
-    ax.set_xticks(range(4), [f"rank {r}" for r in range(4)])
+    ax.set_xticks(range(RANKS), [f"rank {r}" for r in range(RANKS)])
     ax.set_ylabel(say("MB written", "写入的 MB"))
     ax.set_title(say("Bytes each rank writes to save the same state", "保存同样的状态时每个 rank 写入的字节"),
                  loc="left", fontsize=10)
@@ -634,7 +635,8 @@ written_by_rank()
 %ddp_stop
 
 # %%
-%ddp_start 2
+LOADED = RANKS // 2
+%ddp_start $LOADED
 
 # %%
 %ddp_push W H L build fingerprint ckpt_dir
@@ -695,14 +697,14 @@ mine = tuple(model.blocks[0][0].weight.to_local().shape)
 fresh = %ddp_gather fresh
 loaded = %ddp_gather loaded
 saved_state = before[0]
-assert loaded[0] == loaded[1] == saved_state                 # every tensor, whole, byte for byte
+assert all(mine == saved_state for mine in loaded)           # every tensor, whole, byte for byte
 model_names = [n for n in saved_state if n.startswith("model ")]
 assert all(fresh[0][n] != saved_state[n] for n in model_names)   # (the new model did start elsewhere)
 optim = [n for n in saved_state if n.startswith("optim ")]
-print(say(f"loaded on 2 ranks: all {len(saved_state)} tensors ({len(model_names)} parameters, {len(optim)} of Adam's state) "
-          "are, whole, byte for byte those the 4 ranks saved",
-          f"加载到 2 个 rank 上：全部 {len(saved_state)} 个张量（{len(model_names)} 个参数，{len(optim)} 个 Adam 状态）"
-          "在完整的形式下与 4 个 rank 保存的逐字节相同"))
+print(say(f"loaded on {LOADED} ranks: all {len(saved_state)} tensors ({len(model_names)} parameters, {len(optim)} of Adam's "
+          f"state) are, whole, byte for byte those the {RANKS} ranks saved",
+          f"加载到 {LOADED} 个 rank 上：全部 {len(saved_state)} 个张量（{len(model_names)} 个参数，{len(optim)} 个 Adam 状态）"
+          f"在完整的形式下与 {RANKS} 个 rank 保存的逐字节相同"))
 
 # %% [markdown]
 # How did each of the 2 ranks find its half? The metadata, written by rank 0 of the pool of 4, lists
@@ -715,41 +717,41 @@ print(say(f"loaded on 2 ranks: all {len(saved_state)} tensors ({len(model_names)
 
 # %%
 chunks = %ddp_gather chunks
-chunks = chunks[0]                                           # (the same on both ranks: the metadata's)
+chunks = chunks[0]                                           # (the same on every rank: the metadata's)
 mine = %ddp_gather mine
 read = %ddp_gather read
 print(say("blocks.0.0.weight in the checkpoint:", "检查点中的 blocks.0.0.weight："))
 for start, end, file in chunks:
     print(say(f"  rows {start:>3}-{end - 1:<3} in {file}", f"  第 {start:>3}-{end - 1:<3} 行在 {file} 中"))
 rows = mine[0][0]
-for r in range(2):
-    print(say(f"rank {r} of 2 holds rows {r * rows}-{(r + 1) * rows - 1} now; it read "
+for r in range(LOADED):
+    print(say(f"rank {r} of {LOADED} holds rows {r * rows}-{(r + 1) * rows - 1} now; it read "
               + ", ".join(f"{b / 1e6:.2f} MB from {f}" if b > 1e4 else f"{b} bytes from {f}" for f, b in sorted(read[r].items())),
-              f"2 个 rank 中的 rank {r} 现在持有第 {r * rows}-{(r + 1) * rows - 1} 行；它读了 "
+              f"{LOADED} 个 rank 中的 rank {r} 现在持有第 {r * rows}-{(r + 1) * rows - 1} 行；它读了 "
               + "，".join(f"{f} 中的 {b / 1e6:.2f} MB" if b > 1e4 else f"{f} 中的 {b} 字节" for f, b in sorted(read[r].items()))))
     own = {f"__{2 * r}_0.distcp", f"__{2 * r + 1}_0.distcp"}               # the files of the ranks it replaces
     assert sum(b for f, b in read[r].items() if f not in own) <= 4 * L * 4, read[r]   # only step counts elsewhere
-    assert all(read[r][f] > 0.45 * whole / 4 for f in own), read[r]
+    assert all(read[r][f] > 0.45 * whole / RANKS for f in own), read[r]
 
 
 @draw._styled
 def read_by_rank():
     fig = Figure(figsize=(6.4, 3.2), layout="constrained")
     ax = fig.subplots()
-    bottom = [0.0, 0.0]
-    for s in range(4):                                       # one colour per file: the rank of 4 that wrote it
-        heights = [read[r].get(f"__{s}_0.distcp", 0) / 1e6 for r in range(2)]
-        ax.bar(range(2), heights, bottom=bottom, width=0.5, color=draw.rank_color(s),
+    bottom = [0.0] * LOADED
+    for s in range(RANKS):                                   # one colour per file: the rank of 4 that wrote it
+        heights = [read[r].get(f"__{s}_0.distcp", 0) / 1e6 for r in range(LOADED)]
+        ax.bar(range(LOADED), heights, bottom=bottom, width=0.5, color=draw.rank_color(s),
                label=say(f"rank {s}'s file, __{s}_0.distcp", f"rank {s} 的文件 __{s}_0.distcp"))   # (not _...: hidden)
         for r, h in enumerate(heights):
             if h > 0.1:
                 ax.text(r, bottom[r] + h / 2, f"{h:.2f}", ha="center", va="center", fontsize=8, color="white")
         bottom = [b + h for b, h in zip(bottom, heights)]
-    ax.set_xticks(range(2), [say(f"rank {r} of 2", f"2 个 rank 中的 rank {r}") for r in range(2)])
-    ax.set_xlim(-0.6, 1.6)
+    ax.set_xticks(range(LOADED), [say(f"rank {r} of {LOADED}", f"{LOADED} 个 rank 中的 rank {r}") for r in range(LOADED)])
+    ax.set_xlim(-0.6, LOADED - 0.4)
     ax.margins(y=0.08)
     ax.set_ylabel(say("MB read", "读取的 MB"))
-    ax.set_title(say("Loading on 2 ranks: what each reads from each file", "在 2 个 rank 上加载：每个 rank 从每个文件读了多少"),
+    ax.set_title(say(f"Loading on {LOADED} ranks: what each reads from each file", f"在 {LOADED} 个 rank 上加载：每个 rank 从每个文件读了多少"),
                  loc="left", fontsize=10)
     handles, labels = ax.get_legend_handles_labels()
     ax.legend(handles[::-1], labels[::-1], fontsize=8, frameon=False, loc="upper left", bbox_to_anchor=(1, 1))
@@ -840,7 +842,7 @@ check("21.2", answer, gflop_none=flops["none"] / 1e9, batch=B, width=W, hidden=H
 
 # %%
 answer = ...    # a letter: "a", "b" or "c"
-check("21.3", answer, shard=int(memory["params"]), ranks=4)
+check("21.3", answer, shard=int(memory["params"]), ranks=RANKS)
 
 # %% [markdown]
 # **21.4** Load the checkpoint of 4 ranks onto 3 instead. FSDP2 splits a parameter's rows as
