@@ -57,7 +57,7 @@ from ddplab.lessons import check, draw, predict, reveal, say
 
 # %%
 RANKS = 4          # the pool that trains and saves; section 3 loads its checkpoint onto half as many
-%ddp_start $RANKS
+%ddp_start {RANKS}
 
 # %% [markdown]
 # ## 1. Activation checkpointing: memory against time
@@ -636,7 +636,7 @@ written_by_rank()
 
 # %%
 LOADED = RANKS // 2
-%ddp_start $LOADED
+%ddp_start {LOADED}
 
 # %%
 %ddp_push W H L build fingerprint ckpt_dir
