@@ -242,19 +242,18 @@ class MemoryBox:
         self._write("memory.limit_in_bytes" if version == 1 else "memory.max", str(limit))
         if version == 1:
             self._write("memory.swappiness", "0")  # (a session without swap: Binder's)
-        self.limit, self.cpus, self.cpu_path = limit, cpus, None
+        self.limit, self.cpu_path = limit, None
         if cpus and version == 2:
             self._write("cpu.max", f"{cpus * 100_000} 100000")
         elif cpus:
             parent = next(f for v, f in cgroups("cpu") if v == 1 and os.path.isdir(f))
             self.cpu_path = os.path.join(parent, name)
             os.mkdir(self.cpu_path)
-            for key, value in (("cpu.cfs_period_us", 100_000), ("cpu.cfs_quota_us", cpus * 100_000)):
-                with open(os.path.join(self.cpu_path, key), "w") as f:
-                    f.write(str(value))
+            self._write("cpu.cfs_period_us", "100000", self.cpu_path)
+            self._write("cpu.cfs_quota_us", str(cpus * 100_000), self.cpu_path)
 
-    def _write(self, name, text):
-        with open(os.path.join(self.path, name), "w") as f:
+    def _write(self, name, text, folder=None):
+        with open(os.path.join(folder or self.path, name), "w") as f:
             f.write(text)
 
     def _read(self, name):
