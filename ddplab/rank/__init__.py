@@ -148,6 +148,8 @@ class Sender:
         self.memory_at = 0.0  # when the rank's memory was last measured (every MEMORY_EVERY seconds in a cell)
         self.held: dict[str, Any] | None = None  # memory measured on the cell's thread, not sent yet
         self.flush_every = 0.25  # seconds between batches (DDPLab.flush, given when the group forms)
+        self.flushed_at = 0.0  # when the last batch was made (by the cell's steps, or the telemetry thread)
+        self._failing = 0  # beats failed in a row
         self.generation = 0  # which forming of the group the rank is in (the notebook counts them)
         self.main_thread = threading.main_thread().ident  # the thread that runs cells
         self._sock: zmq.Socket[bytes] | None = None
@@ -165,6 +167,7 @@ class Sender:
         import zmq
 
         rank, probe = self.rank, self.rank.probe
+        self.flushed_at = time.monotonic()
         with rank.lock:
             rank.events.extend((rank.cell, t, kind, value) for t, kind, value in probe.take_hints())
             n, m, k = len(rank.columns), len(rank.events), len(rank.recorder.spans)
@@ -201,37 +204,54 @@ class Sender:
                     break
 
     def measure(self) -> None:
-        """Take the memory figures every MEMORY_EVERY seconds of a cell. Only the cell's own thread
-        may call this, between steps (after an optimizer step, at ddplab.log): torch's objects are
-        not thread-safe, and read from the telemetry thread while backward assigned gradients (or
-        DDP's reducer wrote its logging data) they crashed an engine (SIGSEGV)."""
+        """Between steps (after an optimizer step, at ddplab.log): send a batch when one is due, and take
+        the memory figures every MEMORY_EVERY seconds of a cell, on the cell's own thread only: torch's
+        objects are not thread-safe, and read from the telemetry thread while backward assigned gradients
+        (or DDP's reducer wrote its logging data) they crashed an engine (SIGSEGV)."""
         now = time.monotonic()
         if now - self.memory_at >= MEMORY_EVERY and self.rank.in_cell and threading.get_ident() == self.main_thread:
             held = memory(_user_ns())
             with self.rank.lock:
                 self.held, self.memory_at = held, now
+        if now - self.flushed_at >= self.flush_every:
+            # A cell that steps sends its batches and reads the notebook's commands itself: the telemetry
+            # thread, woken to, had to take the GIL from the training thread (4 ranks on 2 cores: 7% slower).
+            self._beat()
+
+    def _beat(self) -> None:
+        """Read the notebook's commands and send a batch. A failure is logged (the first, then once a
+        minute while it lasts) and the rank goes on: it never fails the cell that stepped into it."""
+        try:
+            self._commands()
+            self.flush(beat=True)
+            self._failing = 0
+        except Exception:  # noqa: BLE001 - the live view may skip a beat; the rank goes on (and says so)
+            self._failing += 1
+            if self._failing == 1 or self._failing % 240 == 0:
+                log_ddplab.warning("telemetry failed %d time(s) in a row: the notebook's live view of this rank "
+                                   "stops until it works again", self._failing, exc_info=True)
 
     def _tick(self) -> None:
-        """The telemetry thread: a batch every flush interval, and the notebook's commands; each
-        SWEEP_EVERY seconds, another account's connections to gloo's listeners shut (guard.py)."""
+        """The telemetry thread: a batch and the notebook's commands every flush interval while the cell
+        does not step (stepping, it does both itself: measure()); at once while pdb waits for a command;
+        each SWEEP_EVERY seconds, another account's connections to gloo's listeners shut (guard.py)."""
         from .guard import GUARD
 
-        swept, failing = time.monotonic(), 0
-        while True:  # (while pdb waits for the notebook's commands, they are read at once)
+        swept, sweeps_failed = time.monotonic(), 0
+        while True:
             time.sleep(PAUSED_TICK if self.rank.breakpoints.paused else self.flush_every)
-            try:
-                self._commands()
-                self.flush(beat=True)
-                if time.monotonic() - swept >= SWEEP_EVERY:
-                    swept = time.monotonic()
+            if self.rank.breakpoints.paused or time.monotonic() - self.flushed_at >= self.flush_every:
+                self._beat()
+            if time.monotonic() - swept >= SWEEP_EVERY:
+                swept = time.monotonic()
+                try:
                     GUARD.sweep()
                     self.rank.free_from_closed_peer()
-                failing = 0
-            except Exception:  # noqa: BLE001 - the live view may skip a tick; the rank goes on (and says so)
-                failing += 1
-                if failing == 1 or failing % 240 == 0:  # the first failure, then once a minute while it lasts
-                    log_ddplab.warning("the telemetry thread failed %d time(s) in a row: the notebook's live view of "
-                                       "this rank stops until it works again", failing, exc_info=True)
+                    sweeps_failed = 0
+                except Exception:  # noqa: BLE001 - one sweep missed; the next comes in a second
+                    sweeps_failed += 1
+                    (log_ddplab.warning if sweeps_failed == 1 else log_ddplab.debug)(
+                        "a sweep of this rank's connections failed (%d in a row)", sweeps_failed, exc_info=True)
 
     def _commands(self) -> None:
         """cut: break this rank's links to its peers, so a collective that cannot finish fails;
@@ -240,7 +260,7 @@ class Sender:
 
         rank = self.rank
         with rank.lock:
-            if self._sock is None:
+            if self._sock is None or not self._sock.poll(0):  # (nothing waiting: no exception raised to say so)
                 return
             received = []
             while True:
@@ -349,6 +369,7 @@ class Rank:
         # the group's connections seen since it formed ((local, remote) pairs), or None
         self._links: set[tuple[Address, Address]] | None = None
         self._inodes_read: set[int] = set()  # this process's sockets when the links were last read from the table
+        self._progress: tuple[int, ...] = ()  # what the cell had done at the last look at the links (progress())
         self.lock = threading.Lock()  # the columns and events, between the cell's thread and the sender's
         self.sender = Sender(self)
         self.breakpoints = Breakpoints(self)  # breakpoint() in a cell: pdb driven from the notebook
@@ -631,12 +652,18 @@ class Rank:
         again: not until its timeout), so this rank cuts its links, and its collective fails at once.
         On the telemetry thread, once a second in cells; every link seen since the group formed counts.
         The socket table is read (~2-5 ms: the kernel walks its whole hash table) only when this process
-        has sockets it had not at the last read; else each known link is looked up alone (microseconds)."""
+        has sockets it had not at the last read; else each known link is looked up alone (~0.2 ms idle,
+        some ms beside training). Not while the cell goes on (it logged, stepped or finished a collective
+        since the last look): no collective of it is stuck, so a lost peer is found a second later, once
+        it is."""
         from ..shared.privacy import ESTABLISHED, connections, socket_inodes, tcp_socket
 
         if not (self.in_cell and self.group_ports and self.formed):
             return  # (the links seen so far stay the baseline: a rank may die between two cells)
         ports, known = self.group_ports, self._links
+        progress, self._progress = self._progress, self.progress()
+        if known is not None and progress != self._progress:
+            return
         inodes = set(socket_inodes())
         if known is None or not inodes <= self._inodes_read:
             me = os.getuid()  # (another account's connection, which the gate or the guard closes, is no peer's)
@@ -649,6 +676,12 @@ class Rank:
             log_ddplab.info("a gloo connection of this rank's group closed in a cell: cutting its links")
             self.group_ports, self._links = set(), None  # (once per forming)
             self.cut(ports)
+
+    def progress(self) -> tuple[int, ...]:
+        """What this cell has done so far: points logged, spans and optimizer steps recorded, collectives
+        called (counted on their way in: one that hangs counts once)."""
+        recorder = self.recorder
+        return self.cell, len(self.columns), len(recorder.spans), recorder.opt_steps, self.probe.calls["count"]
 
     def close_group(self, ports: Iterable[int] = ()) -> None:
         """Cut this (idle) rank's links and destroy its group, so peers waiting on it in a collective

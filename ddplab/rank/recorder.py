@@ -143,7 +143,6 @@ class Recorder:
         self._handles, self._patched = [], []  # torch's hook handles, and (owner, name, our function) patched in
         self._module_hooks, self._module_handles = None, []  # (pre, post) global module hooks; their handles
         self.opt_steps = 0  # optimizer steps in this cell
-        self.collectives = 0  # explicit collectives this cell (their order matches the other ranks')
         self._depth = 0  # nesting of module calls in the main thread
         self._forward_start = 0.0
         self._main = threading.main_thread().ident
@@ -166,7 +165,7 @@ class Recorder:
         self._layer_hooks = {}  # id(layer) -> the handle of its forward hook that names its backward
 
     def new_cell(self):
-        self.opt_steps = self.collectives = self._depth = self.functional = 0
+        self.opt_steps = self._depth = self.functional = 0
         self._sampling = False
         self._named, self._named_groups = set(), set()
         self._modules, self._left, self._grad_module = [], None, None

@@ -126,7 +126,8 @@ def test_one_connection_is_looked_up_alone_in_either_family_and_its_closing_seen
                 s.close()
 
 
-def test_a_rank_reads_the_socket_table_only_when_it_has_new_sockets_and_cuts_when_a_link_closes(monkeypatch):
+def test_a_rank_reads_the_socket_table_only_when_it_has_new_sockets_and_cuts_when_a_link_closes_and_it_stopped(
+        monkeypatch):
     from ddplab.rank import Rank
     from ddplab.shared import privacy as shared_privacy
 
@@ -144,7 +145,10 @@ def test_a_rank_reads_the_socket_table_only_when_it_has_new_sockets_and_cuts_whe
         rank.free_from_closed_peer()
         assert len(reads) == 1 and not cuts  # the same sockets: each link looked up alone
         client.close()
+        rank.recorder.opt_steps += 1  # the cell went on since the last look (a step): not looked at
         rank.free_from_closed_peer()
+        assert not cuts
+        rank.free_from_closed_peer()  # and then stopped (a collective waiting for the peer that went)
         assert len(reads) == 1 and cuts == [{server.getsockname()[1]}]  # a link closed: the rank cut its links
     finally:
         for s in (accepted, server):
