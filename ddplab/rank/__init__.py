@@ -653,9 +653,9 @@ class Rank:
         On the telemetry thread, once a second in cells; every link seen since the group formed counts.
         The socket table is read (~2-5 ms: the kernel walks its whole hash table) only when this process
         has sockets it had not at the last read; else each known link is looked up alone (~0.2 ms idle,
-        some ms beside training). Not while the cell goes on (it logged, stepped or finished a collective
-        since the last look): no collective of it is stuck, so a lost peer is found a second later, once
-        it is."""
+        some ms beside training). Not while the cell goes on (it logged, stepped or entered a collective
+        since the last look: progress()): no collective of it is stuck, so a lost peer is found a second
+        later, once one is."""
         from ..shared.privacy import ESTABLISHED, connections, socket_inodes, tcp_socket
 
         if not (self.in_cell and self.group_ports and self.formed):
