@@ -22,9 +22,9 @@
 #
 # **Needs:** a C++ compiler for the `torch.compile` part (without one, that part says so and the rest runs) · 4 ranks
 #
-# **Memory:** about 1.5 GiB at its peak: it fits Binder's 2 GiB, but does not fit a 1 GiB session
-# (a classroom hub), with 4 ranks or with 2 (its checks are written for 4): open it on Binder or on a
-# laptop.
+# **Memory:** about 1.5 GiB at its peak, with its `torch.compile` part. In a 1 GiB session (a
+# classroom hub) that part is skipped, and says so (the C++ compiler it runs takes up to 0.5 GiB
+# more); the rest runs with 4 ranks in about 0.9 GiB.
 #
 # **You will see:** all-reduce time and bandwidth against message size (log-log), all-reduce
 # calls per step for four bucket sizes, a step with and without communication, the time
@@ -47,7 +47,7 @@
 #
 # **需要**：`torch.compile` 一节需要 C++ 编译器（没有时这一节会说明，其余部分照常运行）· 4 个 rank
 #
-# **内存**：峰值约 1.5 GiB：Binder 的 2 GiB 装得下，1 GiB 的会话（课堂用的 hub）装不下，4 个 rank 或 2 个 rank 都不行（它的检查是按 4 个 rank 写的）：请在 Binder 或笔记本电脑上打开它。
+# **内存**：包括 `torch.compile` 部分时峰值约 1.5 GiB。在 1 GiB 的会话（课堂用的 hub）里，这部分会被跳过，并给出说明（它调用的 C++ 编译器还要多占用多达 0.5 GiB）；其余部分用 4 个 rank 运行，约 0.9 GiB。
 #
 # **你将看到**：all-reduce 的耗时和带宽随消息大小的变化（双对数坐标）；四种桶大小下每步的 all-reduce 次数；有通信和没有通信时的一步；`torch.compile` 编译所需的时间及其节省的时间；以及拨动开关后，一个正在运行的训练每步发送的字节数减半。
 
@@ -425,13 +425,21 @@ def forward_backward(m):
     out.sum().backward()
     return out
 
-tic = time.perf_counter()
-try:
-    compiled = torch.compile(net)                  # the same parameters as net: compiling copies nothing
-    forward_backward(compiled)                     # the first call compiles
-    compile_seconds, compile_error = time.perf_counter() - tic, None
-except Exception as exc:                           # e.g. no C++ compiler on the machine
-    compiled, compile_seconds, compile_error = None, None, f"{type(exc).__name__}: {str(exc)[:300]}"
+from ddplab.shared.system import memory_limit
+
+COMPILE_NEEDS = 1.5 * 2**30                        # bytes: the C++ compiler Inductor runs takes up to 0.5 GiB itself
+limit = memory_limit()                             # this session's memory in bytes (a hub's 1 GiB), or None
+compiled, compile_seconds, compile_error = None, None, None
+if limit is not None and limit < COMPILE_NEEDS:    # gcc, run by Inductor, would push a rank out of memory
+    compile_error = "memory"
+else:
+    tic = time.perf_counter()
+    try:
+        compiled = torch.compile(net)              # the same parameters as net: compiling copies nothing
+        forward_backward(compiled)                 # the first call compiles
+        compile_seconds = time.perf_counter() - tic
+    except Exception as exc:                       # e.g. no C++ compiler on the machine
+        compiled, compile_error = None, f"{type(exc).__name__}: {str(exc)[:300]}"
 
 # %% [markdown]
 # Now compare: the compiled model's outputs and gradients must match eager mode (up to float
@@ -461,7 +469,7 @@ if compiled is not None:
                           params=sum(p.numel() for p in compiled.parameters()),
                           zeros=sum((p == 0).sum().item() for p in compiled.parameters()))
 else:
-    compile_report = dict(compiled=False, error=compile_error)
+    compile_report = dict(compiled=False, error=compile_error, limit=limit, needs=COMPILE_NEEDS)
 
 # %%
 found = %ddp_gather globals().get("compile_report")       # only rank 0 has one
@@ -494,6 +502,12 @@ if report["compiled"]:
                   "compiled mode, so compiling this model does not pay off.",
                   "编译后的模型在这里没有明显变快（不到 5%）：这么小的模型没有多少可以融合的。矩阵乘法占了大部分时间，"
                   "而在 eager 模式和编译模式下，它们调用的是同样的库函数，所以编译这个模型并不划算。"))
+elif report["error"] == "memory":
+    print(say(f"torch.compile was skipped: this session may use {report['limit'] / 2**30:.2f} GiB, and the C++ "
+              f"compiler Inductor runs takes up to 0.5 GiB on top of the ranks (it needs about "
+              f"{report['needs'] / 2**30:.1f} GiB in all); the rest of the lesson does not need it",
+              f"跳过了 torch.compile：这个会话最多可用 {report['limit'] / 2**30:.2f} GiB，而 Inductor 调用的 C++ 编译器"
+              f"在各个 rank 之外还要占用多达 0.5 GiB（总共约需 {report['needs'] / 2**30:.1f} GiB）；本课其余部分不需要它"))
 else:
     print(say(f"torch.compile failed here ({report['error']}); the rest of the lesson does not need it",
               f"torch.compile 在这里失败了（{report['error']}）；本课其余部分不需要它"))
