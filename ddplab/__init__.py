@@ -106,11 +106,19 @@ def load_ipython_extension(shell: "InteractiveShell") -> None:
     inspect.pool = magics  # they look into the pool it makes
     shell.register_magics(magics, inspect, DDPClassMagics(shell))
     _magics[id(shell)] = magics
+    from .shared.system import give_back_memory, memory_limit
+
+    if memory_limit() is not None:  # Binder's 2 GiB, a hub's 1: what a cell freed goes back to the session
+        shell.events.register("post_run_cell", give_back_memory)
 
 
 def unload_ipython_extension(shell: "InteractiveShell") -> None:
     """%unload_ext ddplab: stop the pool and forget the magics' state."""
     magics = _magics.pop(id(shell), None)
+    from .shared.system import give_back_memory
+
+    if give_back_memory in shell.events.callbacks["post_run_cell"]:
+        shell.events.unregister("post_run_cell", give_back_memory)
     if magics is not None and magics.lab is not None:
         magics.lab.stop()
         magics.lab = None

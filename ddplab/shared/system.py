@@ -3,7 +3,7 @@ import logging
 import os
 import signal
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 import psutil
 
@@ -213,3 +213,25 @@ def offer_to_oom_killer(adj: int) -> None:
                 f.write(str(adj))
     except (OSError, ValueError):
         logging.getLogger("ddplab").debug("oom_score_adj not raised to %d", adj, exc_info=True)
+
+
+_TRIM: "list[Callable[[int], object] | None]" = []  # glibc's malloc_trim once looked up (None: none, e.g. musl)
+
+
+def give_back_memory(*_: object) -> bool:
+    """Return the memory this process has freed to the system (glibc's malloc_trim: free() keeps freed
+    blocks in the middle of the heap, charged to the session's memory limit); False where the C library
+    has no malloc_trim. Takes about 1 ms per 25 MB freed. Arguments are ignored (an IPython event's)."""
+    if not _TRIM:
+        import ctypes
+
+        try:
+            _TRIM.append(ctypes.CDLL(None).malloc_trim)
+        except (OSError, AttributeError):
+            logging.getLogger("ddplab").debug("no malloc_trim in this C library: freed memory stays with the process")
+            _TRIM.append(None)
+    trim = _TRIM[0]
+    if trim is None:
+        return False
+    trim(0)
+    return True

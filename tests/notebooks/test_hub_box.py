@@ -17,7 +17,8 @@ LIMIT = 2**30  # a hub's 1 GiB
 pytestmark = [pytest.mark.pool, pytest.mark.slow, pytest.mark.xdist_group("binder-box")]
 
 CELLS = [
-    "%load_ext ddplab\nfrom ddplab.shared import system\nprint('SESSION', system.usable_cores(), system.memory_limit())",
+    "%load_ext ddplab\nfrom ddplab.shared import system\nprint('SESSION', system.usable_cores(), system.memory_limit())\n"
+    "print('GIVES BACK', system.give_back_memory in get_ipython().events.callbacks['post_run_cell'])",
     # more than fit: refused before anything starts
     "from IPython.core.error import UsageError\n"
     "try:\n"
@@ -56,6 +57,7 @@ def test_a_one_gib_hub_says_what_fits_and_names_a_rank_killed_for_memory(learner
     out = ["".join(o.get("text", "") + "".join(o.get("data", {}).get("text/plain", "")) for o in c.outputs)
            for c in nb.cells]
     assert "SESSION 1 1073741824" in out[0], out[0]  # ddplab reads the session's CPU quota and memory limit
+    assert "GIVES BACK True" in out[0], out[0]  # and the kernel returns what each cell freed to the session
     refused = out[1]
     assert "REFUSED 8 ranks need about" in refused and "free of its 1.00 GiB" in refused, refused
     assert "fits, or %ddp_start 8 --force starts them anyway" in refused and "RUNNING None" in refused, refused

@@ -73,6 +73,8 @@ def test_each_timeout_says_what_it_limits(ip):
 def test_unloading_ends_the_zygote_only_when_no_lab_uses_it(monkeypatch):
     import weakref
 
+    from IPython.core.events import EventManager, available_events
+
     import ddplab
     import ddplab.processes.zygote
     from ddplab.kernel import lab
@@ -82,7 +84,7 @@ def test_unloading_ends_the_zygote_only_when_no_lab_uses_it(monkeypatch):
     monkeypatch.setattr(lab, "_running_labs", weakref.WeakSet())  # whatever pools this test session runs
 
     class Shell:
-        pass
+        events = EventManager(None, available_events)
 
     shell = Shell()
     monkeypatch.setitem(ddplab._magics, id(shell), type("M", (), {"lab": None})())
@@ -106,3 +108,31 @@ def test_the_language_follows_the_notebooks_folder_or_the_environment(monkeypatc
     assert DDPLab().lang == "en"
     monkeypatch.setenv("DDPLAB_LANG", "zh")
     assert DDPLab().lang == "zh"
+
+
+GIVE_BACK = """\
+import sys
+from ddplab.shared.system import give_back_memory
+def rss():
+    return int(open("/proc/self/statm").read().split()[1]) * 4096
+blobs = [bytes(1000) + bytes([i % 256]) for i in range(200_000)]  # 200 MB in blocks malloc keeps in its heap
+kept = blobs[::100]  # one in 100 stays: free() cannot shrink the heap past them, and keeps the space between
+del blobs
+freed = rss()
+assert give_back_memory(*sys.argv[1:]) is True
+print(freed - rss())
+"""
+
+
+def test_memory_a_process_freed_goes_back_to_the_system_and_only_where_the_session_is_limited(ip):
+    import subprocess
+    import sys
+
+    from ddplab.shared.system import give_back_memory, memory_limit
+
+    out = subprocess.run([sys.executable, "-c", GIVE_BACK, "result"], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert int(out.stdout) > 150 * 2**20, out.stdout  # free() alone keeps the 198 MB between
+    # the notebook's kernel gives back after each cell only in a session with a memory limit (the hub tier has one)
+    assert memory_limit() is None, "this test runs where the session's memory is not limited"
+    assert give_back_memory not in ip.events.callbacks["post_run_cell"]
