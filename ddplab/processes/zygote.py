@@ -208,6 +208,23 @@ def _reap(exits_path):
     return handler
 
 
+def _end_groups(forks):
+    """The notebook is gone: end each fork not reaped yet with every process of its group (a fork is a
+    group leader: os.setsid). The forks themselves die with the zygote (PR_SET_PDEATHSIG), but not what
+    they started: the controller's schedulers are its multiprocessing children, and were left running
+    when the notebook died while its pool started."""
+    signal.signal(signal.SIGCHLD, signal.SIG_DFL)  # reap no more: a fork not reaped keeps its pid, so its group id
+    for pid in forks:
+        try:
+            os.waitid(os.P_PID, pid, os.WEXITED | os.WNOHANG | os.WNOWAIT)
+        except ChildProcessError:  # reaped already: its pid may be another process's now
+            continue
+        try:
+            os.killpg(pid, signal.SIGKILL)
+        except ProcessLookupError:  # (its group is empty)
+            pass
+
+
 def _end_with_zygote():
     """This fork ends with the zygote, which ends with its notebook (its stdin closes): a controller or
     engine forked before the notebook wrote it in the pool's pid file (the reaper's list) is not left
@@ -395,12 +412,15 @@ def main(argv=None):
     signal.signal(signal.SIGCHLD, _reap(exits))
     inherited = [requests.fileno(), replies.fileno()]
 
+    forks = []
+
     def serve(line):
         request = json.loads(line)
         gc.freeze()  # what is loaded stays out of the forks' collections: no copy-on-write of it, no time
         pid = os.fork()
         if pid == 0:
             _become(request, inherited)
+        forks.append(pid)
         replies.write(json.dumps({"pid": pid}) + "\n")
         replies.flush()
 
@@ -425,6 +445,7 @@ def main(argv=None):
                 serve(line)
     except EOFError:
         pass
+    _end_groups(forks)
     shutil.rmtree(workdir, ignore_errors=True)  # the notebook is gone: nobody else will
 
 

@@ -284,6 +284,34 @@ def test_when_the_kernel_dies_the_pool_ends_by_itself(tmp_path):
     assert not os.path.exists(info["dir"])
 
 
+def test_a_kernel_killed_before_the_reaper_has_its_list_leaves_nothing():
+    """The window the test below hits at random: the controller has started its schedulers (its own
+    multiprocessing children) and the engines theirs, but the reaper has no list of them yet (here: never).
+    When the kernel dies the zygote ends, its forks with it (PR_SET_PDEATHSIG), and every process of their
+    groups: before, the controller's schedulers were left running for good."""
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    child = subprocess.Popen([sys.executable, "-c", textwrap.dedent("""
+        import json, time, psutil, ddplab
+        from ddplab.processes.owned import OwnedCluster
+        OwnedCluster.write_pids = lambda self: None  # the reaper never learns the pool's processes
+        lab = ddplab.Lab(2).start()
+        lab.run("from torch.utils.data import DataLoader\\n"
+                "it = iter(DataLoader(range(8), num_workers=1, persistent_workers=True)); next(it)")
+        print(json.dumps([p.pid for p in psutil.Process().children(recursive=True)]), flush=True)
+        time.sleep(600)
+    """)], stdout=subprocess.PIPE, text=True, cwd=root, env=dict(os.environ, PYTHONPATH=root))
+    try:
+        pids = json.loads(child.stdout.readline())
+    finally:
+        child.kill()
+        child.wait(10)
+    assert len(pids) >= 1 + 1 + 1 + 2 + 2 + 2, pids  # zygote, reaper, controller, its schedulers, 2 engines, 2 workers
+    tic = time.monotonic()
+    while alive(pids) and time.monotonic() - tic < 15:
+        time.sleep(0.1)
+    assert alive(pids) == []
+
+
 @pytest.mark.parametrize("after", [0.8, 1.6])
 def test_a_kernel_killed_while_its_pool_starts_leaves_nothing(after):
     """kill -9 of the process `after` seconds into Lab(4).start() (counted from its first child: Python
