@@ -1,4 +1,5 @@
 """What ddplab needs to know about this machine and its processes."""
+import functools
 import logging
 import os
 import signal
@@ -215,22 +216,23 @@ def offer_to_oom_killer(adj: int) -> None:
         logging.getLogger("ddplab").debug("oom_score_adj not raised to %d", adj, exc_info=True)
 
 
-_TRIM: "list[Callable[[int], object] | None]" = []  # glibc's malloc_trim once looked up (None: none, e.g. musl)
+@functools.cache
+def _malloc_trim() -> "Callable[[int], object] | None":
+    """glibc's malloc_trim, looked up once; None where the C library has none (musl)."""
+    import ctypes
+
+    try:
+        return ctypes.CDLL(None).malloc_trim
+    except (OSError, AttributeError):
+        logging.getLogger("ddplab").debug("no malloc_trim in this C library: freed memory stays with the process")
+        return None
 
 
 def give_back_memory(*_: object) -> bool:
     """Return the memory this process has freed to the system (glibc's malloc_trim: free() keeps freed
     blocks in the middle of the heap, charged to the session's memory limit); False where the C library
     has no malloc_trim. Takes about 1 ms per 25 MB freed. Arguments are ignored (an IPython event's)."""
-    if not _TRIM:
-        import ctypes
-
-        try:
-            _TRIM.append(ctypes.CDLL(None).malloc_trim)
-        except (OSError, AttributeError):
-            logging.getLogger("ddplab").debug("no malloc_trim in this C library: freed memory stays with the process")
-            _TRIM.append(None)
-    trim = _TRIM[0]
+    trim = _malloc_trim()
     if trim is None:
         return False
     trim(0)
