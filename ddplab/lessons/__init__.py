@@ -41,6 +41,23 @@ def say(en, zh):
     return zh if lang() == "zh" else en
 
 
+COMPILE_NEEDS = 3 * 2**29  # bytes a session needs to run torch.compile beside its ranks: Inductor's gcc takes 0.5 GiB
+
+
+def no_room_to_compile():
+    """Why a lesson skips torch.compile here (in the pool's language), or None: the session's memory limit
+    (a hub's 1 GiB) is under COMPILE_NEEDS, and the C++ compiler Inductor runs would push a rank out of memory."""
+    from ..shared.system import memory_limit
+
+    limit = memory_limit()
+    if limit is None or limit >= COMPILE_NEEDS:
+        return None
+    return say(f"torch.compile was skipped: this session may use {limit / 2**30:.2f} GiB, and the C++ compiler "
+               f"Inductor runs takes up to 0.5 GiB on top of the ranks (about {COMPILE_NEEDS / 2**30:.1f} GiB in all)",
+               f"跳过了 torch.compile：这个会话最多可用 {limit / 2**30:.2f} GiB，而 Inductor 调用的 C++ 编译器在各个 rank "
+               f"之外还要占用多达 0.5 GiB（总共约需 {COMPILE_NEEDS / 2**30:.1f} GiB）")
+
+
 def check(key, answer=..., **run):
     """Judge your answer to exercise `key` ("4.2") against this run's numbers: right or wrong, and why
     (ddplab.lessons.exercises)."""

@@ -481,10 +481,9 @@ import os
 import tempfile
 import zipfile
 from torch._dynamo.utils import counters              # what torch.compile did: graphs, Inductor's cache
-from ddplab.shared.system import memory_limit
+from ddplab.lessons import no_room_to_compile
 
-COMPILE_NEEDS = 1.5 * 2**30        # bytes: the C++ compiler Inductor runs takes up to 0.5 GiB itself
-limit = memory_limit()             # this session's memory in bytes (a hub's 1 GiB), or None
+skipped = no_room_to_compile()     # why not, in a session too small for Inductor's gcc (a hub's 1 GiB); else None
 
 example = X_test[:64].clone()      # the example input: one batch, a tensor of its own (a slice is a view of all of X)
 make_seconds, forms = {}, {"eager": trained}
@@ -503,7 +502,7 @@ with warnings.catch_warnings(record=True) as caught:   # keep TorchScript's warn
     exported = timed("export", lambda: torch.export.export(trained, (example,),
                                                            dynamic_shapes={"input": {0: torch.export.Dim("batch")}}))
     forms["export"] = exported.module()                    # the graph as a module you can call, in Python
-    if limit is None or limit >= COMPILE_NEEDS:          # (below it, gcc would push a rank out of memory)
+    if skipped is None:
         forms["compile"] = torch.compile(trained)          # nothing happens yet: the first call compiles
     forms["int8"], forms["int8 script"] = int8, int8_script
     try:
@@ -530,7 +529,7 @@ with warnings.catch_warnings(record=True) as caught:   # keep TorchScript's warn
 deprecations = sorted({str(w.message) for w in caught if issubclass(w.category, DeprecationWarning)})
 
 counters.clear()
-first_call, gaps, compile_error = {}, {}, None if "compile" in forms else "memory"
+first_call, gaps, compile_error = {}, {}, skipped
 with torch.inference_mode():
     for n, x in ((64, example), (2000, X_test)):
         for name, net in list(forms.items()):
@@ -572,7 +571,7 @@ for n, x, rounds in ((64, example, 200), (2000, X_test, 30)):
     per_call[n], noise[n] = medians(x, rounds)
 graphs = dict(sizes=sizes, inside=inside, make=make_seconds, first=first_call, gaps=gaps, per_call=per_call, noise=noise,
               inductor=inductor, deprecations=deprecations, int8_export=int8_export, compile_error=compile_error,
-              limit=limit, compile_needs=COMPILE_NEEDS,
+              skipped=skipped,
               params=sum(p.numel() for p in trained.parameters()), threads=torch.get_num_threads(),
               cache=os.environ.get("TORCHINDUCTOR_CACHE_DIR"),            # where Inductor keeps compiled code
               rows_viewed=X_test.untyped_storage().nbytes() // X_test[0].nbytes)   # X_test is a view of X
@@ -610,12 +609,8 @@ print(say("TorchScript's warnings, as torch 2.13 words them:", "TorchScript 的�
 for message in g["deprecations"]:
     print("   ", message)
 kB = lambda b: f"{b / 1e3:.0f} kB"
-if g["compile_error"] == "memory":                                 # (en, zh): why there is no compiled form
-    not_compiled = (f"torch.compile was skipped: this session may use {g['limit'] / 2**30:.2f} GiB, and the C++ compiler "
-                    f"Inductor runs takes up to 0.5 GiB on top of the ranks (about {g['compile_needs'] / 2**30:.1f} GiB "
-                    "in all); the rest does not need it",
-                    f"跳过了 torch.compile：这个会话最多可用 {g['limit'] / 2**30:.2f} GiB，而 Inductor 调用的 C++ 编译器在"
-                    f"各个 rank 之外还要占用多达 0.5 GiB（总共约需 {g['compile_needs'] / 2**30:.1f} GiB）；其余部分不需要它")
+if g["skipped"]:                                                   # (en, zh): why there is no compiled form
+    not_compiled = (g["skipped"] + "; the rest does not need it", g["skipped"] + "；其余部分不需要它")
 else:
     not_compiled = (f"torch.compile failed here ({g['compile_error']}); the rest does not need it",
                     f"torch.compile 在这里失败了（{g['compile_error']}）；其余部分不需要它")

@@ -425,14 +425,11 @@ def forward_backward(m):
     out.sum().backward()
     return out
 
-from ddplab.shared.system import memory_limit
+from ddplab.lessons import no_room_to_compile
 
-COMPILE_NEEDS = 1.5 * 2**30                        # bytes: the C++ compiler Inductor runs takes up to 0.5 GiB itself
-limit = memory_limit()                             # this session's memory in bytes (a hub's 1 GiB), or None
+skipped = no_room_to_compile()                     # why not, in a session too small for Inductor's gcc; else None
 compiled, compile_seconds, compile_error = None, None, None
-if limit is not None and limit < COMPILE_NEEDS:    # gcc, run by Inductor, would push a rank out of memory
-    compile_error = "memory"
-else:
+if skipped is None:
     tic = time.perf_counter()
     try:
         compiled = torch.compile(net)              # the same parameters as net: compiling copies nothing
@@ -469,7 +466,7 @@ if compiled is not None:
                           params=sum(p.numel() for p in compiled.parameters()),
                           zeros=sum((p == 0).sum().item() for p in compiled.parameters()))
 else:
-    compile_report = dict(compiled=False, error=compile_error, limit=limit, needs=COMPILE_NEEDS)
+    compile_report = dict(compiled=False, error=compile_error, skipped=skipped)
 
 # %%
 found = %ddp_gather globals().get("compile_report")       # only rank 0 has one
@@ -502,12 +499,8 @@ if report["compiled"]:
                   "compiled mode, so compiling this model does not pay off.",
                   "编译后的模型在这里没有明显变快（不到 5%）：这么小的模型没有多少可以融合的。矩阵乘法占了大部分时间，"
                   "而在 eager 模式和编译模式下，它们调用的是同样的库函数，所以编译这个模型并不划算。"))
-elif report["error"] == "memory":
-    print(say(f"torch.compile was skipped: this session may use {report['limit'] / 2**30:.2f} GiB, and the C++ "
-              f"compiler Inductor runs takes up to 0.5 GiB on top of the ranks (it needs about "
-              f"{report['needs'] / 2**30:.1f} GiB in all); the rest of the lesson does not need it",
-              f"跳过了 torch.compile：这个会话最多可用 {report['limit'] / 2**30:.2f} GiB，而 Inductor 调用的 C++ 编译器"
-              f"在各个 rank 之外还要占用多达 0.5 GiB（总共约需 {report['needs'] / 2**30:.1f} GiB）；本课其余部分不需要它"))
+elif report["skipped"]:
+    print(report["skipped"] + say("; the rest of the lesson does not need it", "；本课其余部分不需要它"))
 else:
     print(say(f"torch.compile failed here ({report['error']}); the rest of the lesson does not need it",
               f"torch.compile 在这里失败了（{report['error']}）；本课其余部分不需要它"))
