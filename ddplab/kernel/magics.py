@@ -18,7 +18,7 @@ from ..dashboard.text import Progress, show_result
 from ..processes.zygote import held as zygote_held
 from ..shared.config import PoolConfig
 from ..shared.errors import CellTimeout, DDPLabError, Interrupted, RankFailed, UsageProblem
-from ..shared.words import say
+from ..shared.words import plural, say
 from .lab import Lab
 
 T = TypeVar("T")
@@ -343,9 +343,9 @@ class DDPMagics(Magics):
         if outcome == "stopped":
             _tell(lab, "stopped {n} rank{s} in {seconds:.1f} s", n=n, s="" if n == 1 else "s", seconds=seconds)
         elif outcome == "shut down":
-            _tell(lab, "left the group and shut down its {n} engines and their controller in {seconds:.1f} s", n=n,
-                  seconds=seconds)
+            _tell(lab, "left the group and shut down its {n} {engines} and their controller in {seconds:.1f} s", n=n,
+                  engines=plural(n, "engine"), seconds=seconds)
         else:
-            _tell(lab, "left the group in {seconds:.1f} s; the {n} engines (started elsewhere, on {hosts}) keep running: "
+            _tell(lab, "left the group in {seconds:.1f} s; the {n} {engines} (started elsewhere, on {hosts}) keep running: "
                   "%ddp_start --connect groups them again, %ddp_stop --shutdown stops them", seconds=seconds, n=n,
-                  hosts=("、" if lab.config.lang == "zh" else ", ").join(hosts))
+                  engines=plural(n, "engine"), hosts=("、" if lab.config.lang == "zh" else ", ").join(hosts))

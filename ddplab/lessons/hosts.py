@@ -23,12 +23,9 @@ import time
 
 import psutil
 
+from ..processes.owned import NO_RECORDS, ONE_PROCESS
+
 log = logging.getLogger("ddplab")
-
-
-# the controller's schedulers as threads of one process, not eight more Pythons (~270 MiB of a 2 GiB
-# Binder session, where lesson 17 runs): four engines ask little of them
-ONE_PROCESS = ["--IPController.use_threads=True"]
 
 
 class HostsUnavailable(RuntimeError):
@@ -150,7 +147,7 @@ class Hosts:
         self.controller = subprocess.Popen(
             [self.python, "-m", "ipyparallel.controller", f"--ip={self.controller_address}",
              f"--profile-dir={self.profile}", f"--HeartMonitor.period={self.heartbeat_ms}",
-             f"--HeartMonitor.max_heartmonitor_misses={self.misses}", *ONE_PROCESS,
+             f"--HeartMonitor.max_heartmonitor_misses={self.misses}", *ONE_PROCESS, *NO_RECORDS,
              *(["--IPController.enable_curve=True"] if self.encrypt else [])],
             stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
             # the messages' HMAC key, kept with CurveZMQ (ipyparallel would drop it); in the environment, not
@@ -219,7 +216,7 @@ class LocalEngines:
         self.n = n
         self.profile = tempfile.mkdtemp(prefix="ddplab-hosts-")
         self.cluster = ipp.Cluster(n=n, profile_dir=self.profile, cluster_id="", log_level=40, shutdown_atexit=True,
-                                   controller_ip="127.0.0.1", engines="local", controller_args=ONE_PROCESS)
+                                   controller_ip="127.0.0.1", engines="local", controller_args=[*ONE_PROCESS, *NO_RECORDS])
         self.hostnames, self.addresses, self.controller_address = [], [], "127.0.0.1"
 
     @property

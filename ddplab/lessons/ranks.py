@@ -24,7 +24,7 @@ def param_spread(model, group=None):
     mine = flat_params(model)
     first = mine.clone()
     dist.broadcast(first, src=0, group=group)
-    gap = (mine - first).abs().max().reshape(1)
+    gap = first.sub_(mine).abs_().max().reshape(1)  # in place: two copies of the model at most, not four
     dist.all_reduce(gap, op=dist.ReduceOp.MAX, group=group)
     return gap.item()
 

@@ -19,10 +19,19 @@ import psutil
 from ..shared.config import tunables
 from ..shared.errors import StartFailed
 from ..shared.privacy import REDACT
-from ..shared.system import is_gone, kill, wait_gone
+from ..shared.system import is_gone, kill, memory_limit, wait_gone
 from ..shared.words import plural
 
 log = logging.getLogger("ddplab")
+
+# what every controller ddplab starts is told: its hub keeps no record of the requests and results that pass
+# (ipyparallel's default DictDB holds up to 1024 of them, their buffers too: 25-55 MiB over lesson 06; ddplab
+# never asks the hub for an old result)
+NO_RECORDS = ["--IPController.db_class=NoDB"]
+# and where memory is short (a session with a limit, lesson 17's hosts): its schedulers threads of one process,
+# not eight more Pythons (~30 MiB of a hub's 1 GiB with 2 ranks; ~270 MiB of Binder's 2 GiB for lesson 17's
+# controller). Elsewhere they stay processes: the controller's hub then never holds up a cell's messages
+ONE_PROCESS = ["--IPController.use_threads=True"]
 ipp_log = logging.getLogger("ddplab.ipyparallel")  # what ipyparallel logs about the pool (DDPLab.debug)
 for _logger in (log, ipp_log):  # (ipyparallel logs the scripts its launchers run, environment and keys included)
     _logger.addFilter(REDACT)
@@ -85,7 +94,7 @@ class OwnedCluster:
         beat = tunables().heartbeat_ms
         misses = max(10, -(-int(self.silence_dropped_s * 1000) // beat))
         args = [f"--HeartMonitor.period={beat}", f"--HeartMonitor.max_heartmonitor_misses={misses}",
-                *self.controller_args()]
+                *NO_RECORDS, *(ONE_PROCESS if memory_limit() is not None else []), *self.controller_args()]
         return ipp.Cluster(**where, cluster_id=f"ddplab-{os.getpid()}-{id(self)}" if self.profile else "ddplab",
                            log=ipp_log, shutdown_atexit=False, engines=self.engine_launcher(),
                            controller=self.controller_launcher(), controller_args=args)

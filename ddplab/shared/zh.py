@@ -62,9 +62,9 @@ ZH: dict[str, str] = {
         "已把 {n} 个单元格写入 {path}；这样运行它：{run}",
     "stopped {n} rank{s} in {seconds:.1f} s":
         "已停止 {n} 个 rank，用时 {seconds:.1f} 秒",
-    "left the group and shut down its {n} engines and their controller in {seconds:.1f} s":
+    "left the group and shut down its {n} {engines} and their controller in {seconds:.1f} s":
         "已离开进程组，并关闭了它的 {n} 个引擎及其控制器，用时 {seconds:.1f} 秒",
-    "left the group in {seconds:.1f} s; the {n} engines (started elsewhere, on {hosts}) keep running: %ddp_start --connect groups them again, %ddp_stop --shutdown stops them":
+    "left the group in {seconds:.1f} s; the {n} {engines} (started elsewhere, on {hosts}) keep running: %ddp_start --connect groups them again, %ddp_stop --shutdown stops them":
         "已离开进程组，用时 {seconds:.1f} 秒；这 {n} 个引擎（在别处启动，位于 {hosts}）仍在运行：%ddp_start --connect 会把它们重新组成进程组，%ddp_stop --shutdown 会停止它们",
     # --- errors.py: a failed cell's report
     "the cell ran longer than {timeout:g} s on {ranks}; every rank was interrupted (SIGINT)":

@@ -20,9 +20,10 @@
 #
 # **Needs:** root (and the `ip` and `unshare` commands) to make 4 hosts as network namespaces, else it falls back to 4 local engines; `torchrun` (comes with torch) · 4, then 3, then 4 ranks
 #
-# **Memory:** about 1.5 GiB at its peak: it fits Binder's 2 GiB, but does not fit a 1 GiB session
-# (a classroom hub), with 4 ranks or with 2 (its checks are written for 4): open it on Binder or on a
-# laptop.
+# **Memory:** about 1.5 GiB at its peak: it fits Binder's 2 GiB, but not a 1 GiB session (a classroom
+# hub). There, set `RANKS = 2` in the cell that makes the hosts: the lesson then attaches 2 hosts, loses
+# one, and runs torchrun with 2 processes (about 0.9 GiB; the text and the exercises still speak of 4,
+# the outputs say what ran).
 #
 # **You will see:** 4 hosts and the ranks on them, an all-reduce across hosts, a host lost and
 # the group formed again on the 3 left, the environment torchrun sets for each of 4 processes, and
@@ -44,7 +45,7 @@
 #
 # **需要**：需要 root 权限（以及 `ip` 和 `unshare` 命令）把 4 台主机做成网络命名空间，否则退回为 4 个本地引擎；`torchrun`（随 torch 提供）· 先 4 个、再 3 个、最后 4 个 rank
 #
-# **内存**：峰值约 1.5 GiB：Binder 的 2 GiB 装得下，1 GiB 的会话（课堂用的 hub）装不下，4 个 rank 或 2 个 rank 都不行（它的检查是按 4 个 rank 写的）：请在 Binder 或笔记本电脑上打开它。
+# **内存**：峰值约 1.5 GiB：Binder 的 2 GiB 装得下，1 GiB 的会话（课堂用的 hub）装不下。在那里，把创建主机的单元格中的 `RANKS = 4` 改成 `RANKS = 2`：这一课就连接 2 台主机、失去其中一台，并用 torchrun 启动 2 个进程（约 0.9 GiB；正文和练习仍然按 4 个来讲，输出会说明实际运行的是多少个）。
 #
 # **你将看到**：4 台主机及其上的 rank，一次跨主机的 all-reduce，一台主机失联后在剩下的 3 台上重新组成进程组，`torchrun` 为 4 个进程分别设置的环境变量，以及由 `torchrun` 重新运行的 notebook 训练。
 
@@ -92,16 +93,17 @@ from ddplab.lessons.hosts import check as check_hosts, hosts_or_local
 # 下面的单元格会打印这次运行得到的地址。如果没有 root 权限（或者在 Mac 上），同一个单元格会改为在本机上启动 4 个引擎，课程照样进行，只是每个 rank 的主机和地址都相同。
 
 # %%
-hosts = hosts_or_local(4)
+RANKS = 4          # the hosts and the pools' size: 2 in a 1 GiB session (see the top)
+hosts = hosts_or_local(RANKS)
 if hosts.addresses:
     print(say("hosts: ", "主机：") + say(", ", "，").join(f"{h} {a}" for h, a in zip(hosts.hostnames, hosts.addresses)))
     print(say(f"the controller listens on {hosts.controller_address}, the bridge's address; started by hand it would be:",
               f"控制器在网桥的地址 {hosts.controller_address} 上监听；手动启动的话就是："))
     print(f"ipcontroller --ip={hosts.controller_address}")
 else:
-    print(say(f"no network namespaces here ({check_hosts()}): 4 engines on this machine, the controller on "
+    print(say(f"no network namespaces here ({check_hosts()}): {RANKS} engines on this machine, the controller on "
               f"{hosts.controller_address}",
-              f"这里不能创建网络命名空间（{check_hosts()}）：在本机上启动 4 个引擎，控制器在 {hosts.controller_address} 上"))
+              f"这里不能创建网络命名空间（{check_hosts()}）：在本机上启动 {RANKS} 个引擎，控制器在 {hosts.controller_address} 上"))
 hosts.client_file        # the controller's connection file, the one ipyparallel.Client reads
 
 # %% [markdown]
@@ -117,7 +119,7 @@ hosts.client_file        # the controller's connection file, the one ipyparallel
 import time
 
 tic = time.perf_counter()
-%ddp_start 4 --connect {hosts.client_file} --threads 1
+%ddp_start {RANKS} --connect {hosts.client_file} --threads 1
 attach_seconds = time.perf_counter() - tic
 
 # %% [markdown]
@@ -136,7 +138,7 @@ attach_seconds = time.perf_counter() - tic
 # %%
 controller = say(f"controller {hosts.controller_address}", f"控制器 {hosts.controller_address}")
 kind = say(hosts.kind, "网络命名空间" if hosts.kind == "network namespaces" else "本机上的引擎")
-draw.hosts(lab().status(), controller, title=say(f"4 hosts ({kind}), one rank each", f"4 台主机（{kind}），每台一个 rank"))
+draw.hosts(lab().status(), controller, title=say(f"{RANKS} hosts ({kind}), one rank each", f"{RANKS} 台主机（{kind}），每台一个 rank"))
 
 # %% [markdown]
 # ## The same code, across hosts
@@ -181,9 +183,9 @@ print(f"{socket.gethostname()}: loss={summary['loss']:.4f} samples_per_s={summar
 summaries = %ddp_gather summary
 assert len({s["checksum"] for s in summaries}) == 1   # identical parameters on every host
 print(say("parameters identical on every host:", "每台主机上的参数完全相同："), len({s["checksum"] for s in summaries}) == 1)
-print(say(f"%ddp_start took {attach_seconds:.1f} s in all: waiting for the 4 engines, asking each where it is, and "
+print(say(f"%ddp_start took {attach_seconds:.1f} s in all: waiting for the {RANKS} engines, asking each where it is, and "
           "forming the group through ddplab's store",
-          f"%ddp_start 一共用了 {attach_seconds:.1f} 秒：等待 4 个引擎、询问每个引擎的位置，并通过 ddplab 的 store 组建进程组"))
+          f"%ddp_start 一共用了 {attach_seconds:.1f} 秒：等待 {RANKS} 个引擎、询问每个引擎的位置，并通过 ddplab 的 store 组建进程组"))
 if attach_seconds < 10:
     print(say("That is less than a single name lookup takes where DNS does not answer (about 10 s), and a TCPStore "
               "makes one for every connection.",
@@ -211,7 +213,7 @@ else:
 # %%
 import threading
 
-lost_row = lab().status()[2]
+lost_row = lab().status()[RANKS // 2]           # rank 2 of 4
 threading.Timer(1.0, hosts.lose_host_of, (lost_row,)).start()
 
 # %%
@@ -238,7 +240,7 @@ draw.hosts(lab().status(), controller, lost=[lost_row["host"]],
 %ddp_stop
 
 # %%
-%ddp_start 3 --connect {hosts.client_file} --threads 1
+%ddp_start {RANKS - 1} --connect {hosts.client_file} --threads 1
 
 # %%
 %%ddp
@@ -255,7 +257,7 @@ print(socket.gethostname(), t.item())
 # `%ddp_stop --shutdown` 还会停止这些引擎及其控制器（就像 `ipcluster stop` 那样）。然后拆除这 4 台主机。
 
 # %%
-ranks_left = len(lab().status())                    # for exercise 17.2
+assert len(lab().status()) == RANKS - 1            # the engines left
 %ddp_stop --shutdown
 hosts.down()
 
@@ -274,7 +276,7 @@ hosts.down()
 # 在集群上，通常运行的是脚本而不是 notebook：`torchrun` 在每台主机上为每个 rank 启动一个进程，并通过环境变量告诉每个进程它所处的位置，`init_process_group` 再根据这些变量组建进程组。`%ddp_export PATH` 把成功运行过的 `%%ddp` 单元格按顺序写成这样一个脚本。下面在一个 4 个 rank 的本地进程池上做一次确定性训练，随后再由 torchrun 把它重新运行一遍。
 
 # %%
-%ddp_start 4
+%ddp_start {RANKS}
 
 # %% [markdown]
 # First each rank shows how it was started: which of torchrun's variables it has, and the result
@@ -290,7 +292,7 @@ names = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK", "
          "MASTER_ADDR", "MASTER_PORT", "TORCHELASTIC_RUN_ID", "TORCHELASTIC_RESTART_COUNT", "OMP_NUM_THREADS")
 started_with = {k: os.environ[k] for k in names if k in os.environ}
 t = torch.tensor([rank + 1.0])
-dist.all_reduce(t)                       # 1 + 2 + 3 + 4 on every rank
+dist.all_reduce(t)                       # 1 + 2 + 3 + 4 on every rank (of 4)
 print(json.dumps({"pid": os.getpid(), "env": started_with, "all_reduce": t.item()}))
 
 # %%
@@ -377,7 +379,7 @@ def launch(*command, env=None, timeout=120):
     return p.returncode, out, err
 
 
-code, out, err = launch(*torchrun, "--standalone", "--nproc_per_node", "4", script)
+code, out, err = launch(*torchrun, "--standalone", "--nproc_per_node", str(RANKS), script)
 assert code == 0, err[-3000:]
 found = [json.JSONDecoder().raw_decode(out, m.start())[0] for m in re.finditer(r'\{"pid"', out)]
 procs = sorted(found, key=lambda p: int(p["env"]["RANK"]))     # (4 processes' lines may run together)
@@ -393,8 +395,8 @@ if omp and "OMP_NUM_THREADS" not in os.environ:
               "do not each start a thread per core (ddplab gives each rank its share for the same reason)",
               f"OMP_NUM_THREADS={omp}：这是 torchrun 设置的，没有设置时它总会这样做，免得 {len(procs)} 个进程各自"
               "为每个核心启动一个线程（ddplab 出于同样的原因只给每个 rank 分配它那一份核心）"))
-assert [p["env"]["RANK"] for p in procs] == ["0", "1", "2", "3"] and len(run_ids) == 1
-assert [p["all_reduce"] for p in procs] == [10.0] * 4        # 1 + 2 + 3 + 4, as in the notebook
+assert [p["env"]["RANK"] for p in procs] == [str(r) for r in range(RANKS)] and len(run_ids) == 1
+assert [p["all_reduce"] for p in procs] == [RANKS * (RANKS + 1) / 2] * RANKS   # 1 + 2 + 3 + 4, as in the notebook
 
 # %% [markdown]
 # Each row is one process, as it printed itself:
@@ -478,13 +480,13 @@ notebook_losses = {int(r): v for r, v in re.findall(loss_line, notebook_output)}
 script_losses = {int(r): v for r, v in re.findall(loss_line, out)}
 print(say("notebook:", "notebook："), notebook_losses)
 print("torchrun:", dict(sorted(script_losses.items())))
-assert script_losses == notebook_losses and len(notebook_losses) == 4   # every digit
+assert script_losses == notebook_losses and len(notebook_losses) == RANKS   # every digit
 
 # %%
 draw.bars(None, fmt="{:.6f}", panels=[
-    dict(values={f"rank {r}": float(notebook_losses[r]) for r in range(4)}, ylabel=say("final loss", "最终损失"),
+    dict(values={f"rank {r}": float(notebook_losses[r]) for r in range(RANKS)}, ylabel=say("final loss", "最终损失"),
          title=say("the same run: in the notebook (%%ddp)", "同一次运行：在 notebook 中（%%ddp）")),
-    dict(values={f"rank {r}": float(script_losses[r]) for r in range(4)},
+    dict(values={f"rank {r}": float(script_losses[r]) for r in range(RANKS)},
          title=say("... and under torchrun", "……以及在 torchrun 下"))])
 
 # %% [markdown]
@@ -525,8 +527,8 @@ draw.bars(None, fmt="{:.6f}", panels=[
 # Write your answer in place of `...` and run the cell: `check` says whether it is right, and why.
 #
 # **17.1** Under torchrun on one machine, every process had `LOCAL_RANK` equal to its `RANK` (the
-# table above). Now run the same script on 2 hosts with as many processes on each as here (`torchrun
-# --nnodes 2 --nproc_per_node N ...` on both). What is the `RANK` of the process with `GROUP_RANK` 1
+# table above). Now run the same script on 2 hosts with 4 processes on each (`torchrun --nnodes 2
+# --nproc_per_node 4 ...` on both). What is the `RANK` of the process with `GROUP_RANK` 1
 # and `LOCAL_RANK` 2? Answer with a whole number.
 
 # %% [markdown] lang=zh
@@ -534,11 +536,11 @@ draw.bars(None, fmt="{:.6f}", panels=[
 #
 # 把 `...` 换成你的答案并运行单元格：`check` 会告诉你答案对不对，以及为什么。
 #
-# **17.1** 在一台机器上用 torchrun 运行时，每个进程的 `LOCAL_RANK` 都等于它的 `RANK`（见上面的表格）。现在在 2 台主机上运行同一个脚本，每台主机上的进程数和这里一样（两台都执行 `torchrun --nnodes 2 --nproc_per_node N ...`）。`GROUP_RANK` 为 1、`LOCAL_RANK` 为 2 的进程，`RANK` 是多少？请写一个整数。
+# **17.1** 在一台机器上用 torchrun 运行时，每个进程的 `LOCAL_RANK` 都等于它的 `RANK`（见上面的表格）。现在在 2 台主机上运行同一个脚本，每台主机上 4 个进程（两台都执行 `torchrun --nnodes 2 --nproc_per_node 4 ...`）。`GROUP_RANK` 为 1、`LOCAL_RANK` 为 2 的进程，`RANK` 是多少？请写一个整数。
 
 # %%
 answer = ...    # the RANK of the process with GROUP_RANK 1 and LOCAL_RANK 2
-check("17.1", answer, per_host=len(procs))
+check("17.1", answer, per_host=4)
 
 # %% [markdown]
 # **17.2** After rank 2's host was lost, `%ddp_start 3 --connect` formed a group of the engines
@@ -550,15 +552,15 @@ check("17.1", answer, per_host=len(procs))
 
 # %%
 answer = ...    # what every rank prints: the all-reduce of rank + 1 in the group of the engines left
-check("17.2", answer, ranks_left=ranks_left, lost_rank=2, world_before=4)
+check("17.2", answer, ranks_left=3, lost_rank=2, world_before=4)
 
 # %% [markdown]
 # **17.3** In the training that torchrun ran again, 512 samples were split by the `DistributedSampler`
 # over 4 processes, in batches of 32, for 3 epochs. How many optimizer steps did each process take?
-# (Check it with `%ddp_history`: the points each rank logged.) Answer with a whole number.
+# (With 4 ranks, check it with `%ddp_history`: the points each rank logged.) Answer with a whole number.
 
 # %% [markdown] lang=zh
-# **17.3** 在 torchrun 重新运行的那次训练中，512 个样本由 `DistributedSampler` 分给 4 个进程，批大小 32，训练 3 个 epoch。每个进程做了多少步优化器更新？（可以用 `%ddp_history` 核对：每个 rank 记录的数据点。）请写一个整数。
+# **17.3** 在 torchrun 重新运行的那次训练中，512 个样本由 `DistributedSampler` 分给 4 个进程，批大小 32，训练 3 个 epoch。每个进程做了多少步优化器更新？（用 4 个 rank 运行时，可以用 `%ddp_history` 核对：每个 rank 记录的数据点。）请写一个整数。
 
 # %%
 answer = ...    # optimizer steps per process

@@ -71,6 +71,22 @@ def test_engines_are_forked_with_what_they_import_to_register(pool):
         assert frozen > 100_000 and frozen > 5 * own, (frozen, own)
 
 
+def test_the_controller_keeps_no_record_of_the_results(pool):
+    """ddplab's controllers run ipyparallel's NoDB: the hub keeps no copy of what passes (its default DictDB holds
+    up to 1024 requests and results, their buffers too). Without a memory limit (this machine) its schedulers stay
+    processes of their own; the hub tier checks that a session with a limit makes them threads."""
+    import psutil
+    from ipyparallel.error import RemoteError
+
+    from ddplab.shared.system import memory_limit
+
+    pool.run("x = rank")
+    with pytest.raises(RemoteError, match="NoDB"):
+        pool.pool.client.hub_history()
+    children = psutil.Process(pool.pool.cluster.controller.pid).children(recursive=True)
+    assert memory_limit() is not None or len(children) > 1, children
+
+
 def test_state_persists_between_cells(ip, pool):
     assert ddp(ip, "counter = rank * 100").success
     assert ddp(ip, "counter += 1").success

@@ -1,4 +1,4 @@
-"""Lesson 6: model parallelism, a GPipe pipeline over 4 ranks."""
+"""Lesson 6: model parallelism, a GPipe pipeline over 4 ranks (or 2: a stage of two blocks each)."""
 from . import exercise, near, number, right, unit_slip, whole_number, wrong, wrong_unit
 
 
@@ -34,11 +34,13 @@ def boundary_bytes(run):
 def bytes_between_stages(answer, run):
     value, goal = number(answer), boundary_bytes(run)
     if near(value, goal, rel=0.02):
-        return right(f"{goal:,} bytes ({goal / 2 ** 20:.0f} MiB): 3 boundaries × 2 directions × 1024 × 1024 × 4 bytes. "
-                     f"The micro-batches make {run['micro']} times as many messages, each {run['micro']} times "
-                     f"smaller, so the total does not depend on m.",
-                     f"{goal:,} 字节（{goal / 2 ** 20:.0f} MiB）：3 个分界 × 2 个方向 × 1024 × 1024 × 4 字节。微批次让消息的个数"
-                     f"变为原来的 {run['micro']} 倍，而每条消息减少到原来的 1/{run['micro']}，所以总量与 m 无关。")
+        sizes = f"{run['stages'] - 1} × 2 × {run['batch']} × {run['hidden']} × 4"
+        return right(f"{goal:,} bytes ({goal / 2 ** 20:.0f} MiB): {sizes} (boundaries × directions × samples × "
+                     f"features × bytes). The micro-batches make {run['micro']} times as many messages, each "
+                     f"{run['micro']} times smaller, so the total does not depend on m.",
+                     f"{goal:,} 字节（{goal / 2 ** 20:.0f} MiB）：{sizes}（分界 × 方向 × 样本数 × 特征数 × 字节）。"
+                     f"微批次让消息的个数变为原来的 {run['micro']} 倍，而每条消息减少到原来的 1/{run['micro']}，"
+                     f"所以总量与 m 无关。")
     if near(value, goal * run["micro"], rel=0.02):
         return wrong("each micro-batch carries only its share of the batch: its messages are smaller.",
                      "每个微批次只带着批次中属于它的那一份：它的消息更小。")
