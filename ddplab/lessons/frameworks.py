@@ -27,6 +27,7 @@ SIZES = (8, 32, 1)  # the MLP: 8 inputs, 32 hidden (ReLU), 1 output
 GLOBAL_BATCH = 64  # examples per step, split evenly over the replicas (16 each on 4)
 LR = 0.1
 TF_RANK_MIB = 560  # what a rank holds with torch and TensorFlow imported and a strategy made (PSS; bench frameworks)
+JAX_RANK_MIB = 270  # with torch and JAX imported, jax.distributed started and a step jitted (PSS; bench frameworks)
 POOL_MIB = 200  # a pool's controller and fork server, and the room a step needs
 ALL_REDUCE = re.compile(r"= .*\ball-reduce(-start)?\(")  # an all-reduce instruction in XLA's compiled HLO text
 
@@ -73,25 +74,50 @@ def my_slice(a, replica, replicas):
     return a[replica * n:(replica + 1) * n]
 
 
-def tf_workers(want=4):
-    """(workers, why): how many TensorFlow workers of `want` fit in this session's memory, a rank with
-    TensorFlow holding about TF_RANK_MIB: `want`, else 2 or 1 (each worker then trains a larger part
-    of the same global batch: the same update); `why` says so in the pool's language, or is None.
-    Run it in the notebook, with no pool running."""
+class NoRoom(MemoryError):
+    """Lesson 16 needs more memory than this session has (a 1 GiB hub): one line in a notebook, where "Run All"
+    stops, before any pool starts."""
+
+    def _render_traceback_(self):  # IPython: the one line, no traceback
+        return [f"{type(self).__name__}: {self}"]
+
+
+def ranks_that_fit(want, rank_mib, what):
+    """(ranks, why): `want` ranks if this session's free memory holds them at `rank_mib` each beside a pool's own
+    POOL_MIB, else 2 (each then trains a larger part of the same global batch: the same update); `why` says so in
+    the pool's language, or is None. Fewer than 2 would leave nothing to reduce: NoRoom says what the lesson
+    needs. what: (English, Chinese) names of the ranks, plural. Run it in the notebook, with no pool running."""
     from ..shared.system import memory_available
     from . import say
 
     room = memory_available() / 2**20 - POOL_MIB
-    workers = next((n for n in (want, 2, 1) if n <= want and n * TF_RANK_MIB <= room), 1)
-    if workers == want:
-        return workers, None
-    values = dict(room=room, want=want, need=want * TF_RANK_MIB, workers=workers, each=GLOBAL_BATCH // workers)
-    return workers, say("this session has room for {room:.0f} MiB more, and {want} TensorFlow workers need about "
-                        "{need} MiB: {workers} workers, each training {each} examples a step, make the same global "
-                        "batch of 64 and the same update".format(**values),
-                        "这个会话还能再用 {room:.0f} MiB，而 {want} 个 TensorFlow worker 大约需要 {need} MiB：改用 "
-                        "{workers} 个 worker，每个每步训练 {each} 个样本，全局批次仍是同样的 64 个样本，更新也相同"
-                        .format(**values))
+    ranks = next((n for n in (want, 2) if n * rank_mib <= room), 0)
+    values = dict(room=room, want=want, need=want * rank_mib, least=2 * rank_mib, ranks=ranks, what=what[0],
+                  what_zh=what[1], each=GLOBAL_BATCH // max(ranks, 1))
+    if not ranks:
+        raise NoRoom(say("this session has room for {room:.0f} MiB more, and this lesson needs 2 {what} at least "
+                         "(about {least} MiB): open it where a session has 2 GiB or more (Binder, a laptop)".format(**values),
+                         "这个会话还能再用 {room:.0f} MiB，而这一课至少需要 2 个{what_zh}（约 {least} MiB）：请在有 2 GiB "
+                         "或更多内存的会话里打开它（Binder、笔记本电脑）".format(**values)))
+    if ranks == want:
+        return ranks, None
+    return ranks, say("this session has room for {room:.0f} MiB more, and {want} {what} need about {need} MiB: "
+                      "{ranks} {what}, each training {each} examples a step, make the same global batch of 64 and the "
+                      "same update".format(**values),
+                      "这个会话还能再用 {room:.0f} MiB，而 {want} 个{what_zh}大约需要 {need} MiB：改用 {ranks} 个，"
+                      "每个每步训练 {each} 个样本，全局批次仍是同样的 64 个样本，更新也相同".format(**values))
+
+
+def tf_workers(want=4):
+    """(workers, why): how many TensorFlow workers of `want` fit in this session's memory (ranks_that_fit), a rank
+    with TensorFlow holding about TF_RANK_MIB."""
+    return ranks_that_fit(want, TF_RANK_MIB, ("TensorFlow workers", " TensorFlow worker"))
+
+
+def jax_ranks(want=4):
+    """(ranks, why): how many ranks of `want` fit for JAX and then DDP (ranks_that_fit), a rank with JAX holding
+    about JAX_RANK_MIB."""
+    return ranks_that_fit(want, JAX_RANK_MIB, ("ranks with JAX", "运行 JAX 的 rank"))
 
 
 def torch_mlp(weights):

@@ -23,6 +23,11 @@
 #
 # **Needs:** the frameworks extra, `pip install "ddplab[frameworks]"` (TensorFlow and JAX, about 1.7 GB on disk) · 4 ranks (fewer TensorFlow workers where memory is short: 4 of them hold about 2.2 GiB)
 #
+# **Memory:** Binder's 2 GiB runs it with 2 TensorFlow workers. It does not fit a 1 GiB session (a
+# classroom hub): 2 TensorFlow workers need about 1.1 GiB beside the notebook, and one would have nothing
+# to reduce; there the cell that sizes the first pool says so in one line, before any pool starts. Open it
+# on Binder or on a laptop.
+#
 # **You will see:** every rank's torchrun environment beside the `TF_CONFIG` it really got; tf.data's
 # shards and per-replica batches beside `DistributedSampler`'s; the same gradients from DDP's averaging
 # and from `compute_average_loss`, and the PyTorch habit's gradients as many times too large as there are
@@ -48,12 +53,14 @@
 #
 # **需要**：frameworks 附加依赖，`pip install "ddplab[frameworks]"`（TensorFlow 和 JAX，约占 1.7 GB 磁盘空间）· 4 个 rank（内存不足时 TensorFlow worker 会少一些：4 个 worker 大约占 2.2 GiB）
 #
+# **内存**：在 Binder 的 2 GiB 中，它用 2 个 TensorFlow worker 运行。1 GiB 的会话（课堂用的 hub）装不下它：除了 notebook 本身，2 个 TensorFlow worker 还需要约 1.1 GiB，而只有一个 worker 就没有什么可归约的；在那里，为第一个进程池确定大小的单元格会在启动任何进程池之前用一行话说明这一点。请在 Binder 或笔记本电脑上打开它。
+#
 # **你将看到**：每个 rank 的 torchrun 环境变量，以及它实际拿到的 `TF_CONFIG`；tf.data 的分片和每个副本的批次，与 `DistributedSampler` 的并排；DDP 的求平均和 `compute_average_loss` 得到相同的梯度，而 PyTorch 的习惯得到的梯度是它的若干倍（倍数等于副本数）；`strategy.reduce` 与 `dist.all_reduce` 作用在相同的值上（配图）；用 `no_sync` 以及每 k 步调用一次 `apply_gradients` 做梯度累积时的 all-reduce；DDP、`MultiWorkerMirroredStrategy`、`MirroredStrategy` 和 JAX 的损失画在同一张图上，它们之间的差与容差相比较；在 4 个逻辑设备上运行的 `model.fit`；XLA 插入的 all-reduce；以及每个框架每一步时间的拆分（柱状图）。
 
 # %%
 %load_ext ddplab
 from ddplab.lessons import check, draw, predict, reveal, say, require_frameworks
-from ddplab.lessons.frameworks import tf_workers, versions
+from ddplab.lessons.frameworks import jax_ranks, tf_workers, versions
 
 require_frameworks()    # TensorFlow and JAX are installed, or one line says what to install (and Run All stops)
 print(", ".join(f"{name} {version}" for name, version in versions().items()))
@@ -74,9 +81,10 @@ print(", ".join(f"{name} {version}" for name, version in versions().items()))
 #    `model.fit`;
 # 3. **4 ranks** for JAX and DDP (sections 8 to 10), and the three frameworks side by side.
 #
-# `tf_workers` decides from this session's free memory how many TensorFlow workers fit: 4, or else 2
-# (or 1), each then training a larger part of the same global batch of 64. The update is the same, so
-# the losses are too.
+# `tf_workers` decides from this session's free memory how many TensorFlow workers fit: 4, or else 2,
+# each then training a larger part of the same global batch of 64. The update is the same, so the
+# losses are too. One worker would have nothing to reduce: where not even 2 fit, it says what the
+# lesson needs in one line, and "Run All" stops there, before any pool starts.
 
 # %% [markdown] lang=zh
 # ## 本课如何运行：三个进程池，一个接一个
@@ -87,10 +95,10 @@ print(", ".join(f"{name} {version}" for name, version in versions().items()))
 # 2. **一个 rank**，即一个带 4 个逻辑 CPU 设备的进程（第 7 节）：`MirroredStrategy` 和 `model.fit`；
 # 3. **4 个 rank**，运行 JAX 和 DDP（第 8 到第 10 节），并把三个框架并排比较。
 #
-# `tf_workers` 根据这个会话的空闲内存决定能放下几个 TensorFlow worker：4 个；放不下时用 2 个（或 1 个），每个 worker 训练同一个 64 样本全局批次中更大的一部分。更新是一样的，所以损失也一样。
+# `tf_workers` 根据这个会话的空闲内存决定能放下几个 TensorFlow worker：4 个；放不下时用 2 个，每个 worker 训练同一个 64 样本全局批次中更大的一部分。更新是一样的，所以损失也一样。只有一个 worker 就没有什么可归约的：连 2 个都放不下时，它用一行话说明这一课需要多少内存，“运行全部”在这里停下，不会启动任何进程池。
 
 # %%
-tf_n, why = tf_workers(4)    # 4 TensorFlow workers if this session's memory holds them, else 2 or 1
+tf_n, why = tf_workers(4)    # 4 TensorFlow workers if this session's memory holds them, else 2 (at least)
 print(say(f"TensorFlow workers: {tf_n}", f"TensorFlow worker：{tf_n} 个") + (f" ({why})" if why else ""))
 
 # %%
@@ -1012,7 +1020,11 @@ print(say(f"fit: accuracy {fit_accuracy[0]:.2f} after the first epoch, {fit_accu
 # `train_jax` 把 4 个设备排成一个只有一个轴 `"dp"` 的 `Mesh`，把每个全局批次沿这个轴分片（`NamedSharding(mesh, P("dp"))`：每个设备持有自己的 16 行，由它所在的进程用 `jax.make_array_from_process_local_data` 放上去），参数则在各设备上复制（`P()`）。训练步本身就是单设备的代码：对批次取平均损失，`jax.value_and_grad`，然后 `p - lr * g`。任何地方都没有写 `psum`，也没有写 all-reduce。`jax.jit` 把这一步跟踪一次，交给编译器 **XLA**，由它针对这个网格编译：它的 SPMD 分区器看到一个沿着分布在 4 个设备上的轴求平均的运算，以及由分片数据算出的、复制参数的梯度，于是自己插入 all-reduce。单元格从编译后程序的文本（HLO）中把它打印出来：一条指令，它的操作数是四个梯度和损失的和，合在一起。
 
 # %%
-%ddp_start 4
+jax_n, why = jax_ranks(4)    # 4 ranks if this session's memory holds them with JAX, else 2
+print(say(f"ranks for JAX and DDP: {jax_n}", f"运行 JAX 和 DDP 的 rank：{jax_n} 个") + (f" ({why})" if why else ""))
+
+# %%
+%ddp_start {jax_n}
 
 # %%
 %%ddp
@@ -1107,8 +1119,8 @@ habit_gap = np.abs(np.array(habit_losses[0]) - reference)
 for name, gap in gaps.items():
     print(say(f"{name:36} largest |loss - DDP's| over 20 steps and every rank: {gap:.1e} = {gap / 2**-24:.1f} × 2^-24",
               f"{name:36} 20 步、所有 rank 中最大的 |损失 - DDP 的损失|：{gap:.1e} = {gap / 2**-24:.1f} × 2^-24"))
-print(say(f"the habit (gradients × 4): {habit_gap[1]:.1e} after one step, {habit_gap.max():.1e} at most",
-          f"PyTorch 的习惯（梯度 × 4）：一步之后差 {habit_gap[1]:.1e}，最多差 {habit_gap.max():.1e}"))
+print(say(f"the habit (gradients × {jax_n}): {habit_gap[1]:.1e} after one step, {habit_gap.max():.1e} at most",
+          f"PyTorch 的习惯（梯度 × {jax_n}）：一步之后差 {habit_gap[1]:.1e}，最多差 {habit_gap.max():.1e}"))
 assert all(gap < TOLERANCE for gap in gaps.values()), gaps
 assert habit_gap[1] > 100 * TOLERANCE
 
@@ -1116,7 +1128,7 @@ steps = list(range(20))
 floor = 1e-9                      # (an exact agreement is drawn at 1e-9: a log scale has no 0)
 draw.lines(None, panels=[
     dict(series={**{name: (steps, results[0]["losses"]) for name, results in runs.items()},
-                 say("the habit (lr × 4)", "PyTorch 的习惯（lr × 4）"): (steps, habit_losses[0])},
+                 say(f"the habit (lr × {jax_n})", f"PyTorch 的习惯（lr × {jax_n}）"): (steps, habit_losses[0])},
          xlabel=say("step", "步"), ylabel=say("global mean loss", "全局平均损失"),
          title=say("the same loss under three frameworks", "三个框架下相同的损失")),
     dict(series={**{name: (steps, np.maximum(np.abs(np.array(results[0]["losses"]) - reference), floor))

@@ -8,6 +8,7 @@ import re
 import nbformat
 import pytest
 from nbclient import NotebookClient
+from nbclient.exceptions import CellExecutionError
 
 from tests.users.accounts import MemoryBox
 
@@ -79,19 +80,22 @@ def test_a_one_gib_hub_says_what_fits_and_names_a_rank_killed_for_memory(learner
 # their 4 ranks once they skip their torch.compile part there (its C++ compiler takes up to 0.5 GiB); 15 fits with
 # 2; 06, 17, 19 and 21 with RANKS = 2 (06: two stages per rank of a model half as wide; 17: 2 hosts, then torchrun
 # with 2; 19 shards over 2; 21 saves with 2, loads onto 1); the others with their 4
-# (16 sizes its TensorFlow workers to the memory)
+# 16 does not: 2 TensorFlow workers need about 1.1 GiB, and it stops before its first pool, saying so
+TOO_BIG = {"16_other_frameworks"}
 SKIP_COMPILE = {"07_compression", "12_communication"}
 WITH_TWO = {"15_memory"}
 WITH_RANKS = {"06_model_parallel", "17_cluster", "19_fsdp", "21_checkpointing"}  # the pool's size is a variable, RANKS: 2 there
 
 
 def test_each_lesson_that_does_not_fit_one_gib_says_so_at_its_top():
-    for folder, words in ((NOTEBOOKS, ("1 GiB", "not a 1 GiB", "start 2", "is skipped")),
-                          (NOTEBOOKS / "zh", ("1 GiB", "装不下", "启动 2", "会被跳过"))):
+    for folder, words in ((NOTEBOOKS, ("1 GiB", "not a 1 GiB", "start 2", "is skipped", "does not fit")),
+                          (NOTEBOOKS / "zh", ("1 GiB", "装不下", "启动 2", "会被跳过", "装不下"))):
         for path in sorted(folder.glob("[0-9][0-9]_*.ipynb")):
             top = nbformat.read(path, as_version=4).cells[0].source
             said = [w in top for w in words]
-            if path.stem in SKIP_COMPILE:
+            if path.stem in TOO_BIG:
+                assert said[0] and said[4] and "RANKS" not in top, f"{path}: its top does not say it does not fit"
+            elif path.stem in SKIP_COMPILE:
                 assert said[0] and said[3] and not said[1], f"{path}: its top does not say what it skips in 1 GiB"
             elif path.stem in WITH_TWO:
                 assert said[0] and said[2] and "%ddp_start 2" in top, f"{path}: its top does not say to start 2 ranks"
@@ -127,3 +131,26 @@ def test_a_lesson_runs_in_a_one_gib_hub_as_its_top_says(learner, name):
     said = "".join(o.get("text", "") for c in nb.cells if c.cell_type == "code" for o in c.outputs)
     skipped = "torch.compile was skipped: this session may use 1.00 GiB" in said
     assert skipped == (name in SKIP_COMPILE), f"{name}: torch.compile skipped {skipped}"
+
+
+def test_lesson_16_stops_before_its_first_pool_in_one_gib_saying_what_it_needs(learner):
+    """Two TensorFlow workers do not fit a hub's 1 GiB, and one would reduce nothing: the cell that sizes the first
+    pool says so in one line, and Run All stops there, before any pool starts (nothing killed, nothing hangs)."""
+    nb = nbformat.read(NOTEBOOKS / "16_other_frameworks.ipynb", as_version=4)
+    box = MemoryBox(LIMIT, cpus=1)
+    kernel = SharedKernel(learner, box=box)
+    try:
+        kernel._ensure()
+        with pytest.raises(CellExecutionError) as stopped:
+            NotebookClient(nb, km=kernel.km, timeout=180, kernel_name="python3",
+                           resources={"metadata": {"path": str(kernel.copy)}}).execute()
+        left = kernel.left_running()
+        killed = box.oom_kills()
+    finally:
+        kernel.shutdown()
+        box.remove()
+    assert "NoRoom: this session has room for" in str(stopped.value), str(stopped.value)[-2000:]
+    assert "this lesson needs 2 TensorFlow workers at least" in str(stopped.value), str(stopped.value)[-2000:]
+    assert killed == 0 and left == [], (killed, left)
+    said = "".join(o.get("text", "") for c in nb.cells if c.cell_type == "code" for o in c.outputs)
+    assert "ranks ready" not in said and "rank ready" not in said, said  # no pool started

@@ -79,7 +79,7 @@ def test_the_same_global_batch_everywhere_cut_in_replica_order():
     assert (lesson.my_slice(x, 1, 2) == x[32:]).all()
 
 
-@pytest.mark.parametrize("room, want, workers", [(10_000, 4, 4), (1500, 4, 2), (700, 4, 1), (100, 4, 1), (1500, 2, 2)])
+@pytest.mark.parametrize("room, want, workers", [(10_000, 4, 4), (1500, 4, 2), (1500, 2, 2)])
 def test_tensorflow_workers_that_fit_the_sessions_memory(monkeypatch, room, want, workers):
     monkeypatch.setattr(system, "memory_available", lambda: (room + lesson.POOL_MIB) * 2**20)
     got, why = lesson.tf_workers(want)
@@ -87,7 +87,22 @@ def test_tensorflow_workers_that_fit_the_sessions_memory(monkeypatch, room, want
     assert (why is None) == (workers == want)
     if why:
         assert f"{want} TensorFlow workers need about {want * lesson.TF_RANK_MIB} MiB" in why
-        assert f"each training {64 // workers} examples a step" in why
+        assert f"{workers} TensorFlow workers, each training {64 // workers} examples a step" in why
+
+
+@pytest.mark.parametrize("what", ["tf_workers", "jax_ranks"])
+def test_where_two_do_not_fit_the_lesson_says_what_it_needs_in_one_line(monkeypatch, what):
+    """One worker (or rank) would reduce nothing: the lesson stops at its first cell, before any pool starts."""
+    need = lesson.TF_RANK_MIB if what == "tf_workers" else lesson.JAX_RANK_MIB
+    monkeypatch.setattr(system, "memory_available", lambda: (2 * need - 1 + lesson.POOL_MIB) * 2**20)
+    with pytest.raises(lesson.NoRoom) as no_room:
+        getattr(lesson, what)(4)
+    text = str(no_room.value)
+    assert f"needs 2 {'TensorFlow workers' if what == 'tf_workers' else 'ranks with JAX'} at least (about {2 * need} MiB)" \
+        in text and "2 GiB or more" in text, text
+    assert no_room.value._render_traceback_() == [f"NoRoom: {text}"]  # one line in a notebook
+    monkeypatch.setattr(system, "memory_available", lambda: (2 * need + lesson.POOL_MIB) * 2**20)
+    assert getattr(lesson, what)(4)[0] == 2
 
 
 def cgroup(tmp_path, version, own, files):
