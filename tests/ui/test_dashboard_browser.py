@@ -245,14 +245,22 @@ def follow_the_quickstart(browser, name, url, token, suffix, frames):
         assert len(seen_frames) >= min(frames, 3), f"{name}: {plot} plot frames while training: {len(seen_frames)}"
         points = [d["points"] for d in drawn]
         assert max(points) > min(points), f"{name}: the {plot} plot's lines did not grow: {drawn}"
-    # the timeline's swimlanes were drawn while the ranks trained, with their backward passes, and changed as
-    # the steps went by (until the training's first spans come, the lanes of the cell before it stay: no backward).
-    # The page view draws once a second, so a training of 2-3 s may show its lanes in one frame after the first
-    lanes = [json.loads(lane) for lane in {json.dumps(l["lanes"], sort_keys=True) for l in training if l["lanes"]}]
-    assert all(set(lane["ranks"]) == {0, 1, 2, 3} for lane in lanes), lanes
+    # the timeline's swimlanes were drawn while the ranks trained, with their backward passes, and changed as the
+    # steps went by: redrawn at most once a second while the cell runs (widget.TIMELINE_EVERY; the page view, once a
+    # second in all), and at the cell's end. Until the training's first spans come the lanes of the cell before it
+    # stay (no backward); a training of 2-3 s may then show its own lanes once before its end
+    def lanes_of(looks):
+        return [json.loads(lane) for lane in {json.dumps(l["lanes"], sort_keys=True) for l in looks if l["lanes"]}]
+
+    lanes = lanes_of(training)
+    ended = lanes_of([l for l in seen if l["states"] == ["done"] * 4])  # the cell's last frame, before %ddp_stop
+    assert all(set(lane["ranks"]) == {0, 1, 2, 3} for lane in lanes + ended), lanes + ended
     frames_seen = len({l["loss"]["frame"] for l in training if l["loss"]})
-    with_backward = [lane for lane in lanes if lane["backward"] > 0]
-    assert len(with_backward) >= min(2, frames_seen - 1), f"{name}: swimlanes in {frames_seen} frames: {lanes}"
+    while_training = [lane for lane in lanes if lane["backward"] > 0]
+    assert len(while_training) >= (frames_seen >= 3), f"{name}: swimlanes in {frames_seen} frames: {lanes}"
+    changed = {json.dumps(lane, sort_keys=True) for lane in while_training + ended if lane["backward"] > 0}
+    assert len(changed) >= 1 + (frames_seen >= 3), f"{name}: the swimlanes did not change as the steps went by: " \
+        f"{lanes}, then {ended}"
 
     # the training cell keeps a static picture of its end: one row per rank, every rank at done
     snap = page.locator(".ddplab-snapshot").first
