@@ -93,7 +93,7 @@ def ranks_that_fit(want, rank_mib, what):
     room = memory_available() / 2**20 - POOL_MIB
     ranks = next((n for n in (want, 2) if n * rank_mib <= room), 0)
     values = dict(room=room, want=want, need=want * rank_mib, least=2 * rank_mib, ranks=ranks, what=what[0],
-                  what_zh=what[1], each=GLOBAL_BATCH // max(ranks, 1))
+                  what_zh=what[1], each=GLOBAL_BATCH // ranks if ranks else None)
     if not ranks:
         raise NoRoom(say("this session has room for {room:.0f} MiB more, and this lesson needs 2 {what} at least "
                          "(about {least} MiB): open it where a session has 2 GiB or more (Binder, a laptop)".format(**values),

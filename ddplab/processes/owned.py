@@ -23,6 +23,9 @@ from ..shared.system import is_gone, kill, memory_limit, wait_gone
 from ..shared.words import plural
 
 log = logging.getLogger("ddplab")
+ipp_log = logging.getLogger("ddplab.ipyparallel")  # what ipyparallel logs about the pool (DDPLab.debug)
+for _logger in (log, ipp_log):  # (ipyparallel logs the scripts its launchers run, environment and keys included)
+    _logger.addFilter(REDACT)
 
 # what every controller ddplab starts is told: its hub keeps no record of the requests and results that pass
 # (ipyparallel's default DictDB holds up to 1024 of them, their buffers too: 25-55 MiB over lesson 06; ddplab
@@ -32,9 +35,6 @@ NO_RECORDS = ["--IPController.db_class=NoDB"]
 # not eight more Pythons (~30 MiB of a hub's 1 GiB with 2 ranks; ~270 MiB of Binder's 2 GiB for lesson 17's
 # controller). Elsewhere they stay processes: the controller's hub then never holds up a cell's messages
 ONE_PROCESS = ["--IPController.use_threads=True"]
-ipp_log = logging.getLogger("ddplab.ipyparallel")  # what ipyparallel logs about the pool (DDPLab.debug)
-for _logger in (log, ipp_log):  # (ipyparallel logs the scripts its launchers run, environment and keys included)
-    _logger.addFilter(REDACT)
 
 
 def private(folder):
