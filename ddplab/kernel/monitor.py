@@ -19,6 +19,7 @@ Time: seconds on the monitor's `clock` (time.monotonic unless given; a test give
 drives it), which it hands to its Escalation.
 """
 import logging
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -72,6 +73,9 @@ class Replies:
                                "watch each rank: install the ipyparallel ddplab asks for (pip install .)")
         self.futures: dict[int, Any] = dict(zip(ranks, children))  # concurrent.futures.Future of each reply
         self.metadata: dict[int, Any] = dict(zip(ranks, metadata))
+        self.came = threading.Event()  # a failure, or the last reply, came in since the last wait()
+        for future in children:
+            future.add_done_callback(self._came)  # (run on ipyparallel's thread)
 
     def done(self, rank: int) -> bool:
         return bool(self.futures[rank].done())
@@ -88,8 +92,16 @@ class Replies:
         """stdout, stderr or outputs (display_data) of the rank so far."""
         return self.metadata[rank].get(key)
 
-    def wait(self, timeout: float) -> object:
-        return self.ar.wait(timeout)  # wakes as soon as every reply is in
+    def _came(self, future: Any) -> None:
+        failed = future.cancelled() or future.exception() is not None or isinstance(future.result(), Exception)
+        if failed or all(f.done() for f in self.futures.values()):
+            self.came.set()
+
+    def wait(self, timeout: float) -> None:
+        """Until a rank's reply says it failed, or every reply is in, or `timeout` seconds. The monitor
+        looks at everything after it returns, so what comes in meanwhile wakes the next wait()."""
+        self.came.wait(timeout)
+        self.came.clear()
 
     def wait_for_output(self, timeout: float) -> None:
         self.ar.wait_for_output(timeout)  # trailing stdout arrives after the reply

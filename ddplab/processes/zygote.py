@@ -314,25 +314,27 @@ def count_new_hearts_at_once():
 
 
 SLOW_BEATS = 10  # once the engines are in, the controller pings them every 10th period (1 s at 100 ms)
-FAST_FOR = 5.0  # seconds of a ping every period after an engine's heart connects (its registration waits for one)
+FAST_FOR = 5.0  # at most, seconds of a ping every period after an engine's heart connects (its registration waits for one)
 
 
 class Beats:
-    """How often the heart monitor pings: every period while an engine registers (FAST_FOR s after its
-    heart connected), else every SLOW_BEATS periods; a heart that misses a ping missed every period
-    since the last one, so a silent engine is dropped after as long a silence as before. A ping costs
-    the monitor ~1.8 ms of Python (ZMQStream, traitlets): at 100 ms, 1.8% of a core taken from ranks
-    training on every core."""
+    """How often the heart monitor pings: every period while an engine registers (from its heart's
+    connection until the monitor counts as many hearts as connected, FAST_FOR s at most), else every
+    SLOW_BEATS periods; a heart that misses a ping missed every period since the last one, so a silent
+    engine is dropped after as long a silence as before. A ping costs the monitor ~1.8 ms of Python
+    (ZMQStream, traitlets): at 100 ms, 1.8% of a core taken from the ranks, the first cells after a
+    start among them, had it pinged fast for all of FAST_FOR."""
 
     def __init__(self, period: int, now: float) -> None:
-        self.period, self.fast_until = period, now + FAST_FOR
+        self.period, self.fast_until, self.expected = period, now + FAST_FOR, 0
 
-    def joined(self, now: float) -> None:
-        self.fast_until = now + FAST_FOR
+    def joined(self, now: float, hearts: int) -> None:
+        """A heart connected while the monitor knew `hearts` of them."""
+        self.fast_until, self.expected = now + FAST_FOR, max(self.expected, hearts) + 1
 
-    def interval(self, now: float) -> int:
-        """Milliseconds to the next ping."""
-        return self.period if now < self.fast_until else self.period * SLOW_BEATS
+    def interval(self, now: float, hearts: int) -> int:
+        """Milliseconds to the next ping, the monitor knowing `hearts` hearts now."""
+        return self.period if now < self.fast_until and hearts < self.expected else self.period * SLOW_BEATS
 
 
 def beat_slowly_between_registrations():
@@ -352,7 +354,7 @@ def beat_slowly_between_registrations():
         beats = self._ddplab_beats = Beats(self.period, time.monotonic())
 
         def joined(_event):
-            beats.joined(time.monotonic())
+            beats.joined(time.monotonic(), len(self.hearts))
             self.caller.stop()  # a ping now (the new heart may hear it), then every period
             self.caller.callback_time = self.period
             self.caller.start()
@@ -367,7 +369,7 @@ def beat_slowly_between_registrations():
         for heart in self.hearts - self.responses:  # (beat() counts one of them)
             self.on_probation[heart] = self.on_probation.get(heart, 0) + missed - 1
         beat(self)
-        self.caller.callback_time = self._ddplab_beats.interval(time.monotonic())
+        self.caller.callback_time = self._ddplab_beats.interval(time.monotonic(), len(self.hearts))
 
     HeartMonitor.start, HeartMonitor.beat = start_watching_joins, beat_when_due
 

@@ -51,7 +51,8 @@ class DDPLab(SingletonConfigurable):
     start_timeout = Float(120.0, help="Seconds a pool may take to start before ddplab gives up.").tag(config=True)
 
     # --- how often things happen
-    poll = Float(0.05, help="Seconds between looks at results and telemetry while a cell runs.").tag(config=True)
+    poll = Float(0.25, help="Seconds between looks at telemetry and output while a cell runs (a failed rank's "
+                 "reply, or the last one, is looked at as soon as it comes).").tag(config=True)
     frame = Float(0.25, help="Seconds between redraws of the live view while a cell runs (4 a second).").tag(config=True)
     flush = Float(0.25, help="Seconds between telemetry batches a rank sends (ddplab.log points).").tag(config=True)
     fail_fast = Float(0.3, help="Seconds a failed or dead rank may go unanswered before the group is closed "

@@ -64,6 +64,26 @@ print("ok")
     assert out.stdout.strip() == "ok", out.stderr[-2000:]
 
 
+def test_the_heart_monitor_pings_fast_only_until_every_heart_that_connected_is_in():
+    """Beats: a ping every period (100 ms) from a heart's connection until the monitor counts as many
+    hearts as connected (an engine's registration waits for a pong), then every 10th; FAST_FOR bounds
+    the fast pings when a heart that connected never answers."""
+    from ddplab.processes.zygote import FAST_FOR, SLOW_BEATS, Beats
+
+    fast, slow = 100, 100 * SLOW_BEATS
+    beats = Beats(100, now=0.0)
+    assert beats.interval(0.0, hearts=0) == slow  # (no engine yet)
+    beats.joined(1.0, hearts=0)
+    beats.joined(1.01, hearts=0)  # two engines start
+    assert beats.interval(1.1, hearts=1) == fast
+    assert beats.interval(1.2, hearts=2) == slow, "both engines are in: the first cells must not pay for pings"
+    beats.joined(10.0, hearts=2)  # a rank restarted: its old heart is still counted
+    assert beats.interval(10.1, hearts=2) == fast and beats.interval(10.2, hearts=3) == slow
+    beats.joined(20.0, hearts=3)  # a heart that never answers
+    assert beats.interval(20.0 + FAST_FOR - 0.01, hearts=3) == fast
+    assert beats.interval(20.0 + FAST_FOR, hearts=3) == slow
+
+
 def test_ipc_urls_are_joined_differently_by_the_controller_and_its_clients():
     """zygote.ipc_urls_as_clients_build_them makes the forked controller join an ipc:// path and its
     'port' with ':', as ipyparallel's Client and engines do; its own construct_url joins them with
