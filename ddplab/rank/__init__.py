@@ -33,7 +33,7 @@ from types import ModuleType
 from typing import TYPE_CHECKING, Any, SupportsFloat
 
 from ..shared import upstream, wire
-from ..shared.system import OOM_RANK, offer_to_oom_killer
+from ..shared.system import OOM_RANK, memory_limit, offer_to_oom_killer
 from .breakpoints import Breakpoints
 from .probe import Probe
 from .recorder import Recorder, memory
@@ -71,16 +71,22 @@ TRIM = _heap_trimmer()
 MMAP_THRESHOLD = 4 * 2**20  # bytes: a larger block is mapped on its own, given back when freed
 
 
-def fix_mmap_threshold() -> None:
-    """glibc raises its mmap threshold to the largest block freed (up to 32 MiB), after which tensors of
-    4-32 MiB live in malloc's heaps and fragment them: lesson 06 peaked at 1.66-1.70 GiB in a 2 GiB box,
-    1.43 GiB with the threshold held at 4 MiB (lesson 19: 1.54 -> 1.16). Smaller tensors still reuse the
-    heap: the bench's MLP step costs the same (a threshold of 256 KiB made it 15 % dearer). No-op where
-    the C library has no mallopt."""
+def fix_mmap_threshold(limit: int | None) -> bool:
+    """Where the session's memory is limited (`limit`: memory_limit(), bytes), hold glibc's mmap threshold
+    at MMAP_THRESHOLD; True if held. glibc raises it to the largest block freed (up to 32 MiB), after which
+    tensors of 4-32 MiB live in malloc's heaps and fragment them: lesson 06 peaked at 1.66-1.70 GiB in a
+    2 GiB box, 1.43 GiB with the threshold held (lesson 19: 1.54 -> 1.16). Held, glibc stops adjusting its
+    thresholds, which costs speed: FSDP2's step (the bench's sharded workload under torchrun) ran 3.5 %
+    slower with it (4 alternated pairs, each slower), the MLP's DDP step about the same. So where memory is
+    not short glibc keeps its own. No-op where the C library has no mallopt."""
+    if limit is None:
+        return False
     try:
         ctypes.CDLL(None).mallopt(-3, MMAP_THRESHOLD)  # M_MMAP_THRESHOLD (malloc.h)
     except (OSError, AttributeError):
         log_ddplab.debug("no mallopt in this C library: malloc's thresholds left as they are")
+        return False
+    return True
 
 
 class Columns:
@@ -553,7 +559,7 @@ class Rank:
         upstream.get("torch._dynamo")  # DistributedDataParallel() imports it: imported now, not in a cell
 
         torch.set_num_threads(threads)
-        fix_mmap_threshold()
+        fix_mmap_threshold(memory_limit())
         offer_to_oom_killer(OOM_RANK)  # out of memory, a rank goes first: the notebook's kernel holds the learner's work
         if ifname:
             os.environ["GLOO_SOCKET_IFNAME"] = ifname  # gloo reads it when the group is made
