@@ -77,8 +77,8 @@ def fix_mmap_threshold(limit: int | None) -> bool:
     tensors of 4-32 MiB live in malloc's heaps and fragment them: lesson 06 peaked at 1.66-1.70 GiB in a
     2 GiB box, 1.43 GiB with the threshold held (lesson 19: 1.54 -> 1.16). Held, glibc stops adjusting its
     thresholds, which costs speed: FSDP2's step (the bench's sharded workload under torchrun) ran 3.5 %
-    slower with it (4 alternated pairs, each slower), the MLP's DDP step about the same. So where memory is
-    not short glibc keeps its own. No-op where the C library has no mallopt."""
+    slower with it (4 alternated pairs, each slower), the bench's DDP MLP step 3.6 % (4 pairs, 3 slower). So
+    where memory is not short glibc keeps its own. No-op where the C library has no mallopt."""
     if limit is None:
         return False
     try:
