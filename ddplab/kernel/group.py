@@ -34,7 +34,7 @@ class Group:
         self.store_public: bytes | None = None  # CurveZMQ public key of rank 0's store (a signed store: members.py)
         self.where: str | None = None  # the rendezvous of the last forming (file://..., signed://host:port)
         self.timeline = True  # ranks record their timeline (Records.record)
-        self.timeline_every = TIMED_EVERY  # a DDP cell's steps after its first 20: every this many-th is timed
+        self.timeline_every = TIMED_EVERY  # a cell's steps after its first 20: every this many-th is timed
         self.clock_offsets: dict[int, float] = {}  # rank -> its host's monotonic clock minus the notebook's (0 on this machine)
         self.clock_error = 0.0  # how well the offsets are known (seconds: half the best round trip)
         self.refused: dict[str, list[int]] = {}  # account -> [gloo connections refused, pairs taken] in the last forming

@@ -53,7 +53,7 @@ class DDPInspectMagics(Magics):
     @argument("--on", action="store_true", help="record the timeline in the cells that follow (the default)")
     @argument("--off", action="store_true", help="do not record it in the cells that follow (its hooks leave torch: no cost)")
     @argument("--every", type=int, metavar="N", default=None,
-              help="in the cells that follow, time a DDP cell's steps after its first 20 every N-th (default 10; 1: all)")
+              help="in the cells that follow, time a cell's steps after its first 20 every N-th (default 10; 1: all)")
     @line_magic
     def ddp_timeline(self, line: str) -> "Timeline | None":
         """The timeline of the last %%ddp cell: every rank's forward, backward, optimizer, data and each
@@ -63,8 +63,8 @@ class DDPInspectMagics(Magics):
             tl = %ddp_timeline
             %ddp_timeline --save trace.json      # open it in https://ui.perfetto.dev
             %ddp_timeline --off                  # later cells are not recorded (--on again)
-            %ddp_timeline --every 1              # time every step of a DDP cell (default: its first 20,
-                                                 # then every 10th: timing DDP's buckets costs each step)
+            %ddp_timeline --every 1              # time every step of a cell (default: its first 20,
+                                                 # then every 10th: timing a step costs it)
         """
         args = _parse(self.ddp_timeline, line)
         lab = self._lab()
@@ -78,8 +78,8 @@ class DDPInspectMagics(Magics):
                 _tell(lab, "the timeline is not recorded in the cells that follow")
             else:
                 every = lab.records.every
-                _tell(lab, "the timeline is recorded in the cells that follow (a DDP cell: every step)" if every == 1 else
-                      "the timeline is recorded in the cells that follow (a DDP cell: its first {first} steps, then one "
+                _tell(lab, "the timeline is recorded in the cells that follow (a cell: every step)" if every == 1 else
+                      "the timeline is recorded in the cells that follow (a cell: its first {first} steps, then one "
                       "in {every})", first=TIMED_FIRST, every=every)
             _not_taken(lab, waiting)
             return None

@@ -37,11 +37,11 @@ class Records:
 
     @property
     def every(self) -> int:
-        """A DDP cell's steps after its first 20: every `every`-th is timed."""
+        """A cell's steps after its first 20: every `every`-th is timed."""
         return self.lab.group.timeline_every if self.lab.group is not None else TIMED_EVERY
 
     def record(self, on: bool, every: int | None = None) -> list[int]:
-        """Record the timeline in later cells (on), or not, timing a DDP cell's steps after its first 20
+        """Record the timeline in later cells (on), or not, timing a cell's steps after its first 20
         every `every`-th (1: all; None: as before): once every rank has been told (ranks that join later
         are told when they join); the ranks that have not said so in time."""
         lab = self.lab

@@ -66,7 +66,7 @@ def _count(probe, op, fn):
             return work
         finally:
             inside.op = None
-            if recorder is not None and recorder.enabled:
+            if recorder is not None and recorder.timing():  # (an untimed step: no span to build)
                 if not recorder.labelled:  # (FSDP2 imported in this cell: its labels read from now on)
                     recorder.label_units()
                 span = (op_code(op), recorder.unit(), collective_bytes(arguments.values()), calls["count"],

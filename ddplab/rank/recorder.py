@@ -135,8 +135,7 @@ class Recorder:
     def __init__(self, rank):
         self.rank = rank
         self.enabled = True  # %ddp_timeline --off / --on (a command from the notebook)
-        self.every = TIMED_EVERY  # a DDP cell's steps after the first TIMED_FIRST: every `every`-th is timed
-        self._sampling = False  # this cell trains a DDP model: its untimed steps record no span (sampled())
+        self.every = TIMED_EVERY  # a cell's steps after the first TIMED_FIRST: every `every`-th is timed
         self.spans = Spans()
         self.lock = threading.Lock()  # (a cell's other threads may add spans too)
         self.installed = False
@@ -166,7 +165,6 @@ class Recorder:
 
     def new_cell(self):
         self.opt_steps = self._depth = self.functional = 0
-        self._sampling = False
         self._named, self._named_groups = set(), set()
         self._modules, self._left, self._grad_module = [], None, None
 
@@ -176,14 +174,18 @@ class Recorder:
         return logged + 1 if logged >= 0 else self.opt_steps
 
     def sampled(self, step):
-        """Whether this step of a DDP cell is timed: each of the cell's first TIMED_FIRST, then every
+        """Whether this step of a cell is timed: each of the cell's first TIMED_FIRST, then every
         `every`-th (DDP's own logger samples its iterations alike: the first 10, then every 100th)."""
         return step < TIMED_FIRST or step % self.every == 0
 
+    def timing(self):
+        """Whether the timeline is on and times the step running now (a collective's span, FSDP2's label)."""
+        return self.enabled and self.sampled(self.step())
+
     def add(self, phase, start, end, op=0, bucket=-1, nbytes=0, seq=-1, step=None, group=-1, cell=None):
         step = self.step() if step is None else step
-        if self._sampling and not self.sampled(step):
-            return  # (a DDP step not timed: none of its spans, so every step recorded is whole)
+        if not self.sampled(step):
+            return  # (a step not timed: none of its spans, so every step recorded is whole)
         s = self.spans
         with self.lock:
             s.cell.append(self.rank.cell if cell is None else cell)
@@ -397,8 +399,15 @@ class Recorder:
         if real is None:
             return
 
+        recorder, units = self, {}  # (unit_of per label: FSDP2 has a few, entered ~20 times a step)
+
         def labelled(label, *args, **kwargs):
-            return _UnitLabel(real(label, *args, **kwargs), unit_of(str(label)))
+            if not recorder.timing():
+                return real(label, *args, **kwargs)  # (an untimed step: no collective of it is recorded)
+            unit = units.get(label)
+            if unit is None:
+                unit = units[label] = unit_of(str(label))
+            return _UnitLabel(real(label, *args, **kwargs), unit)
 
         labelled._ddplab, labelled.__wrapped__ = True, real
         module.record_function = labelled
@@ -563,7 +572,7 @@ class Recorder:
             at = list(inspect.signature(real).parameters).index("group")  # (where each takes its group)
 
             def timed(*args, **kwargs):
-                if not recorder.enabled or compiling() or getattr(inside, "op", None):
+                if not recorder.timing() or compiling() or getattr(inside, "op", None):
                     return real(*args, **kwargs)
                 start = clock()
                 out = real(*args, **kwargs)
@@ -633,7 +642,7 @@ class Recorder:
         def timed_hook(ddp):
             def hook(state, bucket):
                 user_state, user_hook = ddp._ddplab_hook
-                if not recorder.enabled or not recorder.sampled(recorder.step()):
+                if not recorder.timing():
                     return user_hook(user_state, bucket)
                 start, buffer = clock(), bucket.buffer()
                 inside.op, inside.bytes = "ddp", 0  # the collectives a hook calls are DDP's, not the cell's
@@ -670,10 +679,9 @@ class Recorder:
             group = recorder.timed_models[ddp]
             if group is not None and not compiling():
                 group.launched = 0
-                recorder._sampling = True
                 # an untimed step's buckets go straight to the model's own group (between steps no bucket
                 # is in flight: DDP waited for them all at the end of backward)
-                timed = recorder.enabled and recorder.sampled(recorder.step())
+                timed = recorder.timing()
                 if timed != group.used:
                     ddp.reducer._update_process_group(group if timed else group.real)
                     group.used = timed

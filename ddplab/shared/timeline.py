@@ -160,7 +160,7 @@ class CellSpans:
                  units: Mapping[int, Mapping[int, str]] | None = None,
                  groups: Mapping[int, Mapping[int, Group]] | None = None, every: int = 1) -> None:
         self.cell, self.ranks, self.started = cell, list(ranks), started  # started: monotonic, the notebook's
-        self.every = every  # a DDP cell's steps after the first TIMED_FIRST: every `every`-th recorded (wire.py)
+        self.every = every  # a cell's steps after the first TIMED_FIRST: every `every`-th recorded (wire.py)
         self.offsets = offsets or {}  # rank -> its host's clock minus the notebook's (seconds)
         self.units = units if units is not None else {}  # rank -> {its index of a module: its name} (Live.units)
         self.unit_names: list[str] = []  # the cell's modules served (FSDP units, TP layers); a span's bucket -2 - i
@@ -275,7 +275,7 @@ class Timeline:
         tl.save("trace.json") Chrome's trace event format (one process per rank): Perfetto opens it
         tl.verdict()          who or what the others wait for, in words
 
-    A cell that trains a DDP model is timed in its first 20 steps, then in one step in `tl.every` (10
+    A cell is timed in its first 20 steps, then in one step in `tl.every` (10
     unless %ddp_timeline --every says otherwise): the other steps have no spans, and every table and
     average is over the steps timed (`tl.steps()` names them).
 
@@ -285,7 +285,7 @@ class Timeline:
     def __init__(self, cell: int, rows: Array, ranks: Iterable[int], memory: Mapping[int, Mapping[str, int]] | None = None,
                  lang: str = "en", units: Iterable[str] = (), groups: Iterable[Group] = (), every: int = 1) -> None:
         self.cell, self.rows, self.ranks, self.lang = cell, rows, list(ranks), lang
-        self.every = every  # a DDP cell's steps after its first 20: one in `every` was timed
+        self.every = every  # a cell's steps after its first 20: one in `every` was timed
         self._memory = memory or {}
         self.units = list(units)  # modules served: a span whose bucket is -2 - i serves units[i]
         self.groups = list(groups)  # (label, ranks): a span whose group is i ran on groups[i]
@@ -459,8 +459,8 @@ class Timeline:
             lines.append(f"  {r:>4}  {1000 * b['compute']:7.1f}  {1000 * b['comm']:5.1f}  {1000 * b['wait']:5.1f}  "
                          f"{1000 * b['data']:5.1f}  {1000 * b['step']:5.1f}")
         steps = np.unique(self.rows["step"])
-        if self.every > 1 and len(steps) and steps[-1] >= TIMED_FIRST and (self.rows["bucket"] >= 0).any():  # (DDP)
-            lines.append(say(self.lang, "{timed} steps timed: a DDP cell's first {first}, then one in {every} "
+        if self.every > 1 and len(steps) and steps[-1] >= TIMED_FIRST:
+            lines.append(say(self.lang, "{timed} steps timed: a cell's first {first}, then one in {every} "
                                         "(%ddp_timeline --every 1 times them all)", timed=len(steps), first=TIMED_FIRST,
                              every=self.every))
         return lines + [self.verdict()]

@@ -77,10 +77,10 @@ MAX_HEADER = 1 << 20
 COLUMNS = ("step", "time", "loss", "samples")
 SPAN_FIELDS = (("cell", "<i4"), ("step", "<i4"), ("phase", "i1"), ("op", "i1"), ("bucket", "<i4"), ("bytes", "<i8"),
                ("start", "<f8"), ("end", "<f8"), ("group", "i1"), ("seq", "<i4"))  # recorder.FIELDS, as numpy reads them
-# A cell that trains a DDP model times its buckets (and records its other spans) in the cell's first
-# TIMED_FIRST steps, then in every `every`-th step (%ddp_timeline --every; 1: all): the spans of the
-# other steps are not recorded, so every step on the timeline is whole (timing a bucket costs its rank
-# ~0.5 ms: recorder.py)
+# A cell's spans are recorded in its first TIMED_FIRST steps, then in every `every`-th step
+# (%ddp_timeline --every; 1: all): the spans of the other steps are not recorded, so every step on the
+# timeline is whole (timing a DDP bucket costs its rank ~0.5 ms, an FSDP2 step's collectives and labels
+# ~1% of its step: recorder.py)
 TIMED_FIRST, TIMED_EVERY = 20, 10
 MEMORY_FIELDS = ("rss", "params", "grads", "optimizer", "buckets")
 TYPECODES = {"step": "q", "time": "d", "loss": "d", "samples": "d"}

@@ -360,12 +360,12 @@ ZH: dict[str, str] = {
     "dashboard|pool stopped":
         "进程池已停止",
     # --- timeline
-    "the timeline is recorded in the cells that follow (a DDP cell: every step)":
-        "之后的单元格会记录时间线（DDP 单元格：每一步）",
-    "the timeline is recorded in the cells that follow (a DDP cell: its first {first} steps, then one in {every})":
-        "之后的单元格会记录时间线（DDP 单元格：前 {first} 步，之后每 {every} 步记录一步）",
-    "{timed} steps timed: a DDP cell's first {first}, then one in {every} (%ddp_timeline --every 1 times them all)":
-        "记录了 {timed} 步：DDP 单元格的前 {first} 步，之后每 {every} 步记录一步（%ddp_timeline --every 1 记录每一步）",
+    "the timeline is recorded in the cells that follow (a cell: every step)":
+        "之后的单元格会记录时间线（每个单元格：每一步）",
+    "the timeline is recorded in the cells that follow (a cell: its first {first} steps, then one in {every})":
+        "之后的单元格会记录时间线（每个单元格：前 {first} 步，之后每 {every} 步记录一步）",
+    "{timed} steps timed: a cell's first {first}, then one in {every} (%ddp_timeline --every 1 times them all)":
+        "记录了 {timed} 步：单元格的前 {first} 步，之后每 {every} 步记录一步（%ddp_timeline --every 1 记录每一步）",
     "the timeline is not recorded in the cells that follow":
         "之后的单元格不再记录时间线",
     "wrote {n} spans of {ranks} ranks to {path} (Chrome's trace format: Perfetto opens it)":

@@ -54,7 +54,7 @@ def test_a_straggler_is_named_and_the_others_wait_for_it(pool):
     # steps counted by ddplab.log: of its 25, the cell's first 20 timed, then one in 10 (test below)
     assert sorted(set(frame["step"])) == list(range(21))
     assert "rank 2 is the slowest" in repr(tl) and "compute" in tl.summary().columns
-    assert "21 steps timed: a DDP cell's first 20, then one in 10" in repr(tl)
+    assert "21 steps timed: a cell's first 20, then one in 10" in repr(tl)
 
 
 def test_bucket_all_reduces_overlap_backward(pool):
@@ -214,10 +214,10 @@ def test_a_long_ddp_cell_is_timed_in_its_first_steps_then_one_step_in_every_few(
         assert sorted(set(mine["step"])) == timed  # its buckets too
         assert set(mine[mine["step"] >= 1].groupby("step")["bucket"].nunique()) == {mine["bucket"].nunique()}
     assert tl.every == 10 and tl.breakdown()[0]["steps"] == len(timed)
-    assert "23 steps timed: a DDP cell's first 20, then one in 10" in repr(tl)
+    assert "23 steps timed: a cell's first 20, then one in 10" in repr(tl)
     try:
         ip.run_line_magic("ddp_timeline", "--every 1")
-        assert "a DDP cell: every step" in capsys.readouterr().out
+        assert "a cell: every step" in capsys.readouterr().out
         pool.run(run.format(name="every"))
         tl = pool.records.timeline()
         assert sorted(set(tl.to_pandas()["step"])) == list(range(45)) and tl.every == 1
@@ -229,6 +229,33 @@ def test_a_long_ddp_cell_is_timed_in_its_first_steps_then_one_step_in_every_few(
     finally:
         ip.run_line_magic("ddp_timeline", "--every 10")
     assert "its first 20 steps, then one in 10" in capsys.readouterr().out
+
+
+def test_a_long_sharded_cell_and_a_loop_of_collectives_are_sampled_too(pool):
+    """Sampling is not DDP's alone: an FSDP2 cell of 25 steps times its first 20 and then step 20, each
+    whole (every timed step with the same all-gathers and reduce-scatters, each naming its unit; an untimed
+    step builds no span and reads no label), and so does a loop of explicit all-reduces that logs."""
+    pool.run(MODEL + "from torch.distributed.fsdp import fully_shard\n"
+             "mesh = ddplab.mesh()\ntorch.manual_seed(0)\nsharded = Net()\n"
+             "for layer in sharded.body:\n    if isinstance(layer, nn.Linear):\n        fully_shard(layer, mesh=mesh)\n"
+             "fully_shard(sharded, mesh=mesh)\nsharded_opt = torch.optim.Adam(sharded.parameters())\n"
+             "train(sharded, sharded_opt, 25)")
+    tl = pool.records.timeline()
+    frame = tl.to_pandas()
+    for r in range(4):
+        mine = frame[frame["rank"] == r]
+        assert sorted(set(mine["step"])) == list(range(21)), sorted(set(mine["step"]))
+        comm = mine[mine["phase"] == "comm"]
+        per_step = comm.groupby("step")["op"].value_counts().unstack()
+        assert (per_step["all_gather"] >= 3).all() and (per_step["reduce_scatter"] == 3).all(), per_step
+        assert len(per_step.drop_duplicates()) == 1, per_step  # each timed step whole
+        assert {"body.0", "body.2", "body.4"} <= set(comm["module"]), comm[["op", "module"]].drop_duplicates()
+    assert "21 steps timed: a cell's first 20, then one in 10" in repr(tl)
+
+    pool.run("for i in range(30):\n    dist.all_reduce(torch.ones(10))\n    ddplab.log(i=i)")
+    frame = pool.records.timeline().to_pandas()
+    reduces = frame[(frame["phase"] == "comm") & (frame["rank"] == 0)]
+    assert sorted(reduces["step"]) == [*range(20), 20], sorted(reduces["step"])
 
 
 def test_compiled_models_keep_one_graph_and_their_forward_spans(pool):
