@@ -387,15 +387,16 @@ class Monitor:
             raise TypeError("wait() takes a deadline or a timeout, not both")
         if deadline is not None:
             timeout = deadline - time.perf_counter()  # (the rest on the monitor's clock)
-        return self._wait(None if timeout is None else self.clock() + timeout, stepping_stops_time=True)
+        return self._wait(None if timeout is None else self.clock() + timeout, stepping=True)
 
-    def _wait(self, end: float | None, stepping_stops_time: bool) -> bool:
-        """wait() until `end` (the monitor's clock), moved on by the time ranks are stopped at a breakpoint
-        from now on if stepping_stops_time."""
+    def _wait(self, end: float | None, stepping: bool) -> bool:
+        """wait() until `end` (the monitor's clock). stepping: the cell's own wait, where a person steps the ranks
+        stopped at a breakpoint (asked for commands; the time they are stopped moves `end` on); not after Ctrl-C
+        or the timeout, when ranks are leaving their debuggers and nobody is to be asked again."""
         before = self.stopped_for()
 
         def due(end: float, now: float) -> float:
-            return end + (self.stopped_for(now) - before if stepping_stops_time else 0.0)
+            return end + (self.stopped_for(now) - before if stepping else 0.0)
 
         while True:
             now = self.clock()
@@ -405,7 +406,7 @@ class Monitor:
                 self.interrupt()  # (once; the escalation goes on from there: links cut, then ranks killed)
             if self.check():
                 return True
-            if self.hooks.step is not None and self.stopped():
+            if stepping and self.hooks.step is not None and self.stopped():
                 self.hooks.step(self)  # (asks the user: nothing is cut or timed out meanwhile)
             if end is not None:
                 now = self.clock()
@@ -420,7 +421,7 @@ class Monitor:
         end = self.clock() + self.reply_grace + self.escalation.waits.worst(len(self.ranks))
         while True:
             try:
-                if self._wait(end, stepping_stops_time=False):
+                if self._wait(end, stepping=False):
                     return
             except KeyboardInterrupt:
                 continue

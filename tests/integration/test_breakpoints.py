@@ -168,20 +168,25 @@ def test_q_and_ctrl_c_leave_the_debugger_and_end_the_cell(pool, ctrl_c):
         bg.result(30)
     usable(pool)
 
+    # Ctrl-C at the prompt ends the cell: nobody is asked for a command again while the ranks leave
+    # their debuggers (they still show as stopped until their next batch comes)
     stepper = pool.debug.stepper
-    saved = stepper.ask
+    saved, asked = stepper.ask, []
 
     def wait_for_ctrl_c(prompt):
+        asked.append(prompt)
         time.sleep(30)  # Ctrl-C comes first
         return "c"
 
     stepper.ask = wait_for_ctrl_c
     ctrl_c(2.0).start()
+    tic = time.monotonic()
     try:
         with pytest.raises(KeyboardInterrupt):
             pool.run("import time\nbreakpoint()\ntime.sleep(0.1)")
     finally:
         stepper.ask = saved
+    assert len(asked) == 1 and time.monotonic() - tic < 20, (asked, time.monotonic() - tic)
     usable(pool)
 
 
