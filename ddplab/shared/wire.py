@@ -80,7 +80,7 @@ SPAN_FIELDS = (("cell", "<i4"), ("step", "<i4"), ("phase", "i1"), ("op", "i1"), 
 # A cell's spans are recorded in its first TIMED_FIRST steps, then in every `every`-th step
 # (%ddp_timeline --every; 1: all): the spans of the other steps are not recorded, so every step on the
 # timeline is whole (timing a DDP bucket costs its rank ~0.5 ms, an FSDP2 step's collectives and labels
-# ~1% of its step: recorder.py)
+# 0.4-2.5 % of its step: recorder.py)
 TIMED_FIRST, TIMED_EVERY = 20, 10
 MEMORY_FIELDS = ("rss", "params", "grads", "optimizer", "buckets")
 TYPECODES = {"step": "q", "time": "d", "loss": "d", "samples": "d"}
