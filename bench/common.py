@@ -2,13 +2,18 @@
 import json
 import operator
 import os
+import queue
 import shutil
+import signal
 import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import weakref
+
+import psutil
 
 OPS = {"<=": operator.le, ">=": operator.ge}
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -82,3 +87,79 @@ def python(*args, env=None, timeout=1800):
     if proc.returncode:
         raise RuntimeError(f"{' '.join(args)} failed:\n{proc.stderr[-3000:]}")
     return proc.stdout
+
+
+class Torchrun:
+    """torchrun's ranks kept waiting between runs (bench/ddp_script.py --serve): `run(workload, steps)`
+    trains once and returns the pool's samples/s. A notebook's runs and these can then alternate run by
+    run, seconds apart, where a fresh torchrun per run takes 10 s to start."""
+
+    def __init__(self, n, threads=1, timeout=300):
+        self.folder = tempfile.mkdtemp(prefix="ddplab-bench-")
+        self.fifo = os.path.join(self.folder, "commands")
+        os.mkfifo(self.fifo, 0o600)
+        self.timeout = timeout
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={n}",
+             "bench/ddp_script.py", f"--threads={threads}", f"--serve={self.fifo}"],
+            stdout=subprocess.PIPE, text=True, cwd=ROOT,  # (the kernel's process group: killed with it)
+            env={**os.environ, "PYTHONPATH": ROOT, "TMPDIR": self.folder, "OMP_NUM_THREADS": str(threads)})
+        self.lines = queue.Queue()  # its stdout, line by line (None: closed), read by a thread of its own
+        threading.Thread(target=lambda: [*map(self.lines.put, self.proc.stdout), self.lines.put(None)],
+                         daemon=True).start()
+        self._line("READY")
+        self.commands = os.open(self.fifo, os.O_WRONLY)  # rank 0 opens it right after READY
+        agent = psutil.Process(self.proc.pid)
+        self.procs = [agent, *agent.children(recursive=True)]
+        self._signal(signal.SIGSTOP)
+
+    def _line(self, prefix):
+        """The next line of the ranks' output starting with `prefix` (its rest), within the timeout."""
+        deadline = time.monotonic() + self.timeout
+        try:
+            while True:
+                line = self.lines.get(timeout=max(0, deadline - time.monotonic()))
+                if line is None:
+                    break
+                if line.startswith(prefix):
+                    return line[len(prefix):].strip()
+        except queue.Empty:
+            pass
+        self.close()
+        raise RuntimeError(f"torchrun gave no {prefix!r} line within {self.timeout} s")
+
+    def run(self, workload, steps):
+        self._signal(signal.SIGCONT)
+        os.write(self.commands, f"{workload} {steps}\n".encode())
+        rate = json.loads(self._line("BENCH "))
+        self._signal(signal.SIGSTOP)
+        return rate
+
+    def _signal(self, signum):
+        """Stopped (SIGSTOP) between runs: torchrun's agent looks at its ranks ten times a second, CPU
+        the notebook's runs beside them should not pay for."""
+        for proc in getattr(self, "procs", ()):
+            try:
+                proc.send_signal(signum)
+            except psutil.NoSuchProcess:
+                pass
+
+    def close(self):
+        if self.proc.poll() is None:
+            self._signal(signal.SIGCONT)
+            try:
+                os.write(self.commands, b"stop\n")
+                self.proc.wait(30)
+            except (AttributeError, OSError, subprocess.TimeoutExpired):
+                self._signal(signal.SIGKILL)
+                self.proc.kill()
+                self.proc.wait(30)
+        if hasattr(self, "commands"):
+            os.close(self.commands)
+        shutil.rmtree(self.folder, ignore_errors=True)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()

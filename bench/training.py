@@ -1,10 +1,11 @@
 """Training throughput (the MLP 784-512-512-10, batch 64 per rank, DDP, ddplab.log each step).
 
 With no pause after %ddp_start: in each of five fresh kernels, the first training run (just
-started) and the second, with the live dashboard, against torchrun runs of the same loop, one
-thread per rank (>= 0.99x), run between the kernels (T K T K ... T): each kernel's runs (the first,
-the second, and a third after %ddp_timeline --off) are compared with the mean of the torchrun runs
-just before and just after it. Against every
+started), then two more, with the live dashboard, against torchrun runs of the same loop, one
+thread per rank (>= 0.99x). torchrun's ranks wait beside the kernel, stopped, and run once before
+%ddp_start and once after each of the kernel's runs (T K T K ... T; bench.common.Torchrun): each
+run of the kernel (the first, the next two, and one after %ddp_timeline --off) is compared with
+the mean of the torchrun runs just before and just after it, seconds away. Against every
 rank using all cores, torch's default outside torchrun (>= 2.5x). In one more kernel, after its
 first run, 16 pairs of adjacent 300-step runs for each comparison: the dashboard on against off
 (>= 0.98x), ddplab.log() on every step against no log (>= 0.99x: logging costs under 1%), the
@@ -24,26 +25,39 @@ import ddplab, json, time
 _lab = ddplab._magics[id(get_ipython())].lab
 _dashboard = _lab.view
 """
-TRAIN = "%%ddp\nfrom ddplab.workloads import train_ddp\nsummary = train_ddp(steps={steps}, log={log})"
+TRAIN = "%%ddp\nfrom ddplab.workloads import train_{workload}\nsummary = train_{workload}(steps={steps}, log={log})"
+TORCHRUN = "import json\nfrom bench.common import Torchrun\n_torchrun = Torchrun({n})"
+RUN_TORCHRUN = "print('BENCH ' + json.dumps([_torchrun.run('{workload}', {steps}), None]))"
 BEFORE = ("_lab.view = {view}\n_lab.records.record({timeline})\ntime.sleep(0.3)  # (the ranks hear it within a tick)\n"
           "_c0, _w0 = time.process_time(), time.perf_counter()")
 AFTER = ("_cpu = (time.process_time() - _c0) / (time.perf_counter() - _w0)\n"
          "print('BENCH ' + json.dumps([sum(s['samples_per_s'] for s in _lab.gather('summary')), _cpu]))")
 
 
-def in_notebook(n, steps, modes):
+def in_notebook(n, steps, modes, beside=None):
     """samples/s and kernel CPU share for each mode, in order: "on" (dashboard and timeline), "off" (no
     view), "nolog" (no ddplab.log calls), "notl" (no timeline recorded). The first runs right after the
-    pool is ready."""
+    pool is ready. beside="ddp" (or "fsdp", "tp"): torchrun's ranks wait beside the pool (bench.common.
+    Torchrun, stopped between their runs) and run the same loop once before %ddp_start and once after
+    each of the kernel's runs: returns (the kernel's runs, torchrun's samples/s), T K T K ... T."""
     cells = [SETUP.format(n=n)]
+    if beside:
+        cells = [TORCHRUN.format(n=n), RUN_TORCHRUN.format(workload=beside, steps=steps), *cells]
     for i, mode in enumerate(modes):
         view = "_dashboard" if mode != "off" else "None"
         before = BEFORE.format(view=view, timeline=mode != "notl")
         if i == 0:  # the first run: right after %ddp_start, nothing in between
             before = before.replace("time.sleep(0.3)", "pass")
-        cells += [before, TRAIN.format(steps=steps, log=mode != "nolog"), AFTER]
+        cells += [before, TRAIN.format(workload=beside or "ddp", steps=steps, log=mode != "nolog"), AFTER]
+        if beside:
+            cells.append(RUN_TORCHRUN.format(workload=beside, steps=steps))
     cells.append("%ddp_stop")
-    return in_kernel(cells)
+    if beside:
+        cells.append("_torchrun.close()")
+    found = in_kernel(cells)
+    if not beside:
+        return found
+    return found[1::2], [rate for rate, _ in found[0::2]]  # (T K T K ... T)
 
 
 def torchrun(n, steps, threads, workload="ddp"):
@@ -100,31 +114,38 @@ def run(quick=False):
     modes = ["on", *(m for pair in pairs for m in pair)]
     runs = in_notebook(n, short, modes)
     cpu = {mode: statistics.median(r[1] for x, r in zip(modes[1:], runs[1:]) if x == mode) for mode in set(modes)}
-    # fresh kernels' first and second runs between torchrun runs (T K T K ... T)
-    one_thread = [torchrun(n, steps, 1)]
-    firsts, laters, untimed = [], [], []
+    # fresh kernels, torchrun's ranks waiting beside each: T, %ddp_start, the first run, T, two more, T
+    # after each, and one after %ddp_timeline --off, T. Each run against the mean of the T runs just
+    # before and after it, seconds away (a fresh torchrun per run, minutes away, drifted as much as
+    # the 1% we look for)
+    firsts, laters, untimed, firsts_t, laters_t, untimed_t, alone = [], [], [], [], [], [], []
     for _ in range(repeats):
-        (first, _), (later, _), (off, _) = in_notebook(n, steps, ["on", "on", "notl"])
+        (first, _), (second, _), (third, _), (off, _) = (kernel := in_notebook(n, steps, ["on", "on", "on", "notl"],
+                                                                                beside="ddp"))[0]
+        around_each = around(kernel[1])
         firsts.append(first)
-        laters.append(later)
+        laters += [second, third]
         untimed.append(off)
-        one_thread.append(torchrun(n, steps, 1))
+        firsts_t.append(around_each[0])
+        laters_t += around_each[1:3]
+        untimed_t.append(around_each[3])
+        alone.append(kernel[1])
     all_cores = torchrun(n, steps, cores())  # one run: the target is far below what it measures
     base = single_process(steps, cores())
     rates = scaling(sizes, steps)
-    baseline = around(one_thread)
     return [
         result("train_first_vs_torchrun", f"the first %%ddp training right after %ddp_start {n}, dashboard on / "
-               "the torchrun runs just before and after its fresh kernel (their mean), 1 thread per rank",
-               ratios(firsts, baseline), target=(">=", 0.99), ddplab=firsts, torchrun=one_thread),
-        result("train_vs_torchrun", f"the second %%ddp training in those kernels, {n} ranks, dashboard on / the "
-               "torchrun runs around its kernel (their mean), 1 thread per rank", ratios(laters, baseline),
-               target=(">=", 0.99), ddplab=laters, torchrun=one_thread),
+               "the torchrun runs just before %ddp_start and just after it (their mean), 1 thread per rank",
+               ratios(firsts, firsts_t), target=(">=", 0.99), ddplab=firsts, torchrun=alone),
+        result("train_vs_torchrun", f"the second and third %%ddp trainings in those kernels, {n} ranks, dashboard on / the "
+               "torchrun runs around it (their mean), 1 thread per rank", ratios(laters, laters_t),
+               target=(">=", 0.99), ddplab=laters, torchrun=alone),
         result("train_untimed_vs_torchrun", f"a third %%ddp training in those kernels after %ddp_timeline --off, "
-               f"{n} ranks, dashboard on / the torchrun runs around its kernel (what the lab costs without "
-               "the timeline's hooks)", ratios(untimed, baseline), ddplab=untimed, torchrun=one_thread),
-        result("train_vs_all_cores", f"those second %%ddp trainings, {n} ranks, dashboard on / torchrun, every rank using all "
-               f"{cores()} cores", [x / all_cores for x in laters], target=(">=", 2.5), torchrun_all_cores=all_cores),
+               f"{n} ranks, dashboard on / the torchrun runs around it (what the lab costs without "
+               "the timeline's hooks)", ratios(untimed, untimed_t), ddplab=untimed, torchrun=alone),
+        result("train_vs_all_cores", f"those second and third %%ddp trainings, {n} ranks, dashboard on / torchrun, "
+               f"every rank using all {cores()} cores", [x / all_cores for x in laters], target=(">=", 2.5),
+               torchrun_all_cores=all_cores),
         result("dashboard_on_off", f"%%ddp training, {n} ranks: dashboard on / off (same kernel, adjacent "
                f"runs of {short} steps)",
                paired(runs, modes, "on", "off"), target=(">=", 0.98), kernel_cpu_on=cpu["on"],

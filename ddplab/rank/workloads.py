@@ -95,7 +95,7 @@ def _train_replicated(model: nn.Module, steps: int, batch: int, lr: float, seed:
         if log:
             ddplab.log(loss=loss, samples=len(x), step=step)
     seconds = time.perf_counter() - tic
-    return {"rank": rank, "steps": steps, "loss": float(loss), "seconds": seconds,
+    return {"rank": rank, "steps": steps, "loss": float(loss.detach()), "seconds": seconds,
             "samples_per_s": steps * batch / seconds}
 
 
