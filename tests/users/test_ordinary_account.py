@@ -101,8 +101,9 @@ def attacked(env, box, owner, intruder, mode, seconds, refuse=None, files=None, 
     assert not seen["secret"] and seen["tensor_bytes"] == 0 and seen["injected"] == 0, seen  # nothing read or put in
     assert all(ok == [True, True] for _, _, ok in report["cells"]), report  # every sum is the pool's own
     assert report["after"] == ["2.0\n", "2.0\n"] and report["after_seconds"] < 10, report
-    # no message held: one oversized message alone is 256 MiB (cells that form groups again and again grow by tens)
-    assert max(g for g in report["rss_growth_mib"] if g is not None) < 128, report["rss_growth_mib"]
+    # no message held: one oversized message alone is 256 MiB (cells that form groups again and again grow by tens);
+    # none to weigh where the intruder won every start of the window (the race test allows it)
+    assert max((g for g in report["rss_growth_mib"] if g is not None), default=0) < 128, report["rss_growth_mib"]
     return report, seen
 
 
