@@ -154,8 +154,9 @@ class Torchrun:
                 self._signal(signal.SIGKILL)
                 self.proc.kill()
                 self.proc.wait(30)
-        if hasattr(self, "commands"):
-            os.close(self.commands)
+        commands = self.__dict__.pop("commands", None)  # (closed once: a failed _line closes, then __exit__ again)
+        if commands is not None:
+            os.close(commands)
         shutil.rmtree(self.folder, ignore_errors=True)
 
     def __enter__(self):
