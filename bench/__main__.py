@@ -14,7 +14,8 @@ import time
 
 import psutil
 
-SUITE = ["log_cost", "start", "training", "sharded", "history", "kernel_memory", "dashboard_scale", "hosts", "frameworks"]
+SUITE = ["log_cost", "start", "training", "sharded", "history", "kernel_memory", "dashboard_scale", "hosts", "frameworks",
+         "lessons"]
 
 
 def machine():

@@ -14,7 +14,7 @@ EXPECTED = {"log", "start_cold", "start_warm", "cells_after_ready", "cells_settl
             "kernel_bytes_per_item", "dashboard_frame",
             "dashboard_cpu", "hosts_group", "hosts_lost",  # hosts: root makes namespaces (CI and here)
             "pool_mib_torch", "pool_mib_tensorflow", "pool_mib_jax", "tf_strategy_form", "step_ms_torch",
-            "step_ms_tensorflow", "step_ms_jax"}
+            "step_ms_tensorflow", "step_ms_jax", "lesson_slowest", "lesson_median"}
 
 
 @pytest.mark.pool

@@ -1,5 +1,5 @@
 """Every lesson notebook, in English and in its whole Chinese edition, executed top to bottom by
-nbclient in a real kernel, within its budget.
+nbclient in a real kernel, none running away (the 2 minutes a lesson takes are the bench's: bench/lessons.py).
 
 The notebooks check their own results (assert cells: identical parameters, expected sums, ...), so
 a wrong result fails here. One kernel per edition runs them all (conftest.py), each from an empty
@@ -17,7 +17,10 @@ import pytest
 NOTEBOOKS = pathlib.Path(__file__).resolve().parents[2] / "notebooks"
 LESSONS = sorted(p.stem for p in NOTEBOOKS.glob("[0-9][0-9]_*.ipynb") if not p.stem.startswith("00_"))
 IN_A_BOX = "16_other_frameworks"  # its English edition runs in a Binder-sized session instead (test_binder_box.py)
-BUDGET = 120  # seconds: a lesson runs top to bottom in at most 2 minutes on a 2-core machine
+# seconds: a lesson runs top to bottom in at most 2 minutes on a 2-core machine, which the bench measures
+# (bench/lessons.py, on a quiet machine); here, on a host that may be busy or slow, three times that
+# catches a lesson gone wrong (a wait that times out, a pool started twice) without timing the host
+RUNAWAY = 3 * 120
 # a lesson's processes hold under 1.6 GiB of anonymous memory at once in a Binder session (2 GiB), in the
 # kernel the lessons share (peaks.json beside the executed copies says how much each held)
 PEAK = 1.6 * 2**30
@@ -45,7 +48,7 @@ def litter():
 
 def check_lesson(kernel, name, lang):
     before = litter()
-    nb, took = kernel.run(name, BUDGET)
+    nb, took = kernel.run(name, RUNAWAY)
     if kernel.box is not None:  # a Binder-sized session: the lesson runs in it, nothing killed for memory
         assert kernel.box.oom_kills() == 0, f"{name}: a process of the session was killed for memory"
         assert kernel.peaks[name] < PEAK, f"{name}: {kernel.peaks[name] / 2**20:.0f} MiB at its peak, 1.6 GiB at most"
@@ -69,7 +72,7 @@ def check_lesson(kernel, name, lang):
     for key in predicted:
         assert any(f"{key}" in t and skipped in t for t in ("".join(o.get("text", "") for o in c.outputs)
                                                             for c in revealed)), f"{name}: {key} is never revealed"
-    assert took <= BUDGET, f"{name} took {took:.0f} s"
+    assert took <= RUNAWAY, f"{name} took {took:.0f} s"
 
     markdown = [c.source for c in nb.cells if c.cell_type == "markdown"]
     if lang == "en":  # opens with a summary and what you will learn, ends with exercises
@@ -103,23 +106,23 @@ def check_lesson(kernel, name, lang):
 @pytest.mark.pool
 @pytest.mark.xdist_group("lessons")  # one shared kernel
 @pytest.mark.parametrize("name", [n for n in LESSONS if n != IN_A_BOX])
-def test_lesson_runs_end_to_end_within_budget(kernel, name):
+def test_lesson_runs_end_to_end(kernel, name):
     check_lesson(kernel, name, "en")
 
 
 @pytest.mark.pool
 @pytest.mark.xdist_group("lessons-zh")  # another shared kernel, in another worker
 @pytest.mark.parametrize("name", LESSONS)
-def test_chinese_edition_runs_end_to_end_within_budget(kernel_zh, name):
+def test_chinese_edition_runs_end_to_end(kernel_zh, name):
     check_lesson(kernel_zh, name, "zh")
 
 
 @pytest.mark.pool
 @pytest.mark.xdist_group("lessons-zh")
 def test_the_chinese_quickstart_runs_and_speaks_chinese(kernel_zh):
-    nb, took = kernel_zh.run("00_quickstart", BUDGET)
+    nb, took = kernel_zh.run("00_quickstart", RUNAWAY)
     errors = [o.get("evalue") for c in nb.cells if c.cell_type == "code" for o in c.outputs if o.output_type == "error"]
-    assert errors == [] and took <= BUDGET
+    assert errors == [] and took <= RUNAWAY
     assert "损失" in json.dumps(nb.metadata.get("widgets", {}), ensure_ascii=False)
     assert kernel_zh.left_running() == []
 

@@ -3,9 +3,10 @@ Prints one JSON object on its last line.
 
     python as_user.py pool                      a pool: training, a checkpoint round trip, torch.compile,
                                                 DataLoader workers, dist.new_group, a restart; stop
-    python as_user.py target SECONDS SECRET [QUIET_AFTER]   a pool whose groups form again and again while
-                                                another account attacks (ddplab's own, and dist.new_group),
-                                                each all_reduce carrying SECRET; then, the attack over, one cell
+    python as_user.py target SECONDS SECRET [QUIET_AFTER STEADY GATE LAG]   a pool whose groups form again and
+                                                again while another account attacks (ddplab's own, and
+                                                dist.new_group), each all_reduce carrying SECRET; then, the attack
+                                                over, one cell
     python as_user.py frameworks SECONDS        TensorFlow's MultiWorkerMirroredStrategy and jax.distributed on
                                                 2 ranks, training for SECONDS while another account connects
                                                 to every listener of theirs
@@ -76,6 +77,9 @@ def pool():
 
 
 FORM = """
+if LAG and rank == world_size - 1:
+    import time
+    time.sleep(LAG)
 g = dist.new_group(list(range(world_size)))
 t = torch.full((4096,), SECRET)
 dist.all_reduce(t, group=g)
@@ -87,16 +91,18 @@ dist.destroy_process_group(g)
 STEADY = "t = torch.full((4096,), SECRET)\ndist.all_reduce(t)\nok = bool(torch.all(t == SECRET * world_size))"
 
 
-def target(seconds, secret, quiet_after=0.0, steady=0, gate=1):
+def target(seconds, secret, quiet_after=0.0, steady=0, gate=1, lag=0.0):
     """Groups formed again and again: a new_group and an all_reduce of SECRET in each cell, ddplab's own
     group formed again every third (steady: only the all_reduce, on the pool's group, which then lives
     on); each cell's result and when it ended, and what failed. Then, once the attack is over
     (QUIET_AFTER seconds from the start), how long the pool takes to work again. gate=0: without the
-    accept gate (DDPLab.accept_gate), the checks of guard.py alone."""
+    accept gate (DDPLab.accept_gate), the checks of guard.py alone. lag: the last rank comes to each
+    dist.new_group LAG seconds late (a busy machine), so rank 0's listener waits for it that long.
+    A cell's time is its own: a (re)start of the pool is counted apart, in "starts"."""
     from ddplab.shared.config import tunables
 
     tunables().accept_gate = bool(gate)
-    out = {"cells": [], "failures": [], "refused": {}, "notices": []}
+    out = {"cells": [], "starts": [], "failures": [], "refused": {}, "notices": []}
     t0, lab, processes, rss_before = time.monotonic(), Lab(2), [], []
 
     def failed(exc):
@@ -112,17 +118,20 @@ def target(seconds, secret, quiet_after=0.0, steady=0, gate=1):
         deadline, n = time.monotonic() + seconds, 0
         while time.monotonic() < deadline:
             n += 1
-            tic = time.monotonic()
             try:
                 if not lab.running:
+                    tic = time.monotonic()
                     lab.start()
+                    out["starts"].append(round(time.monotonic() - tic, 2))
                     out["network"] = list(lab.pool.network)
                     out["gate"] = [i.get("gate") for i in lab.info]
                     processes = [psutil.Process(p) for p in [os.getpid(), *(i["pid"] for i in lab.info)]]
                     rss_before = [p.memory_info().rss for p in processes]
+                tic = time.monotonic()
                 if n % 3 == 0 and not steady:
                     lab.form(time.perf_counter() + 60)  # ddplab's group, as after a failed cell
-                lab.run((STEADY if steady else FORM).replace("SECRET", repr(secret)), timeout=60)
+                cell = STEADY if steady else FORM.replace("LAG", repr(lag))
+                lab.run(cell.replace("SECRET", repr(secret)), timeout=60)
                 if steady:
                     time.sleep(0.3)
                 out["cells"].append([round(time.monotonic() - t0, 2), round(time.monotonic() - tic, 2), lab.gather("ok")])
