@@ -12,6 +12,7 @@ import shutil
 import statistics
 import tempfile
 import time
+from typing import Any
 
 from .common import ROOT, ipc_kernel, result
 
@@ -19,25 +20,34 @@ BUDGET = 120  # seconds, the slowest lesson
 QUICK = ["00_quickstart"]
 
 
-def lesson_seconds(path: pathlib.Path, timeout: float = 3 * BUDGET) -> float:
-    """Seconds to execute the notebook at `path` in a fresh kernel; raises if a cell failed that was not
-    meant to (a lesson that fails is not timed)."""
+def execute(path: pathlib.Path, env: dict[str, str] | None = None,
+            timeout: float = 3 * BUDGET) -> tuple[Any, float, list[tuple[str, str]]]:
+    """Execute the notebook at `path` in a fresh kernel (env: added to its environment); (the executed
+    notebook, seconds from the kernel's start to the end of its shutdown, the cells that failed and were
+    not meant to: (source, error name)). Also tools/run_lesson.py's."""
     import nbformat
     from nbclient import NotebookClient
 
     nb = nbformat.read(path, as_version=4)
     km = ipc_kernel()
     tic = time.perf_counter()
-    km.start_kernel(cwd=str(path.parent), env={**os.environ, "JPY_SESSION_NAME": str(path)})
+    km.start_kernel(cwd=str(path.parent), env={**os.environ, "JPY_SESSION_NAME": str(path), **(env or {})})
     try:
         NotebookClient(nb, km=km, timeout=timeout, allow_errors=True,
                        resources={"metadata": {"path": str(path.parent)}}).execute()
     finally:
         km.shutdown_kernel()  # gracefully, as a learner's kernel ends: what the lesson left is cleaned up
     took = time.perf_counter() - tic
-    failed = [(c.source[:60], o.get("ename")) for c in nb.cells if c.cell_type == "code"
+    failed = [(c.source[:200], f"{o.get('ename')}: {o.get('evalue')}") for c in nb.cells if c.cell_type == "code"
               if "raises-exception" not in c.metadata.get("tags", []) for o in c.get("outputs", [])
               if o.output_type == "error"]
+    return nb, took, failed
+
+
+def lesson_seconds(path: pathlib.Path) -> float:
+    """Seconds the notebook at `path` takes in a fresh kernel; raises if a cell failed that was not
+    meant to (a lesson that fails is not timed)."""
+    _, took, failed = execute(path)
     if failed:
         raise RuntimeError(f"{path.name}: cells failed: {failed}")
     return took
