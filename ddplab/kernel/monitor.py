@@ -153,6 +153,7 @@ class Monitor:
         self.last_frame = self.started  # the first frame a frame into the cell: quick cells draw none
         self.drawn_version = -1
         self.finals: dict[int, float] = {}  # rank -> when its last batch of the cell arrived (it finished the cell)
+        self.replied: dict[int, float] = {}  # rank -> when its reply was first seen in
         self.undelivered: dict[int, str] = {}  # rank -> why: the cell never reached it, or its result never reached us
         self.failed_at: dict[int, float] = {}
         self.lost: dict[int, str] = {}
@@ -202,6 +203,8 @@ class Monitor:
         no rank runs any more."""
         now = self.clock()
         for r in self.ranks:
+            if r not in self.replied and self.replies.done(r):
+                self.replied[r] = now
             if r not in self.failed_at and self.replies.failed(r):
                 self.failed_at[r] = now
         unfinished = [r for r in self.ranks if not self.replies.done(r)]
@@ -361,7 +364,7 @@ class Monitor:
             wheres = {r: rs.ranks[r].where for r in self.ranks}
             if any(((w or {}).get("since") or 0) >= diagnose.BLOCKED for w in wheres.values()):
                 self.waited = diagnose.where_text(wheres, self.lang)  # the last picture of ranks waiting
-            finished = [r for r in self.ranks if self.replies.done(r) and not self.replies.failed(r)]
+            finished = [r for r in self.ranks if self.replies.done(r) and not self.replies.failed(r) and self._heard_end(r, now)]
             found = diagnose.mismatch({r: rs.ranks[r].where for r in running}, running, finished, rs.world_size,
                                       self.lang, self.ranks, self.live.calls)
             if found is not None:
@@ -369,6 +372,14 @@ class Monitor:
                 self.mismatch = found
                 self._cut(running)
                 self.escalation.did("cut", now)  # if that does not free them: SIGINT after_cut s later
+
+    def _heard_end(self, rank: int, now: float) -> bool:
+        """Whether what a rank that finished the cell called is known: its last batch, which says so, is in.
+        Its reply comes on another socket and, on a busy machine, first: without the record, a rank that
+        went through the collective its peers are still seen in (their reports a moment old) would be taken
+        for one that finished without calling it, and cut. reply_grace bounds the wait for a batch lost."""
+        return (self.telemetry is None or rank in self.finals
+                or now - self.replied.get(rank, now) >= self.reply_grace)
 
     def interrupt(self) -> None:
         """Ctrl-C or the cell's timeout: SIGINT to every rank still running."""

@@ -286,11 +286,46 @@ class FakeTelemetry:
         self.clock.advance(ms / 1000)
 
 
-def batch(rank, final=False, begin=False):
+def batch(rank, final=False, begin=False, calls=None):
     from ddplab.shared.wire import Batch
 
     empty = []
-    return Batch(rank, 1, final, empty, empty, empty, empty, [(0.0, "begin", None)] if begin else [])
+    return Batch(rank, 1, final, empty, empty, empty, empty, [(0.0, "begin", None)] if begin else [], calls=calls)
+
+
+ALL_REDUCE = {"line": 5, "op": "all_reduce", "group": "default", "shape": [1], "dtype": "float32"}
+
+
+@pytest.mark.parametrize("rank_0_says", ["went through it", "never called it", "nothing"])
+def test_a_rank_whose_reply_comes_before_its_last_batch_is_not_taken_for_one_that_skipped_a_collective(rank_0_says):
+    """Lesson 18 on a busy machine: rank 0 computes 4 s, then joins the all_reduce ranks 1-3 wait in, and
+    all four go through. Ranks 1 and 2's last batches are in; rank 0's reply came before its last batch
+    (another socket), and rank 3's report still shows it waiting. That is no mismatch: rank 0's record of
+    what it called is on the way. When it comes, it decides; a batch that never comes is waited for
+    reply_grace, then rank 0 counts as having called nothing."""
+    monitor, replies, calls, _ = fake_monitor(n=4, cut=True)
+    telemetry = monitor.telemetry = FakeTelemetry(heard=range(4), clock=monitor.clock)
+    monitor.clock.advance(4.5)
+    monitor.live.run_state.set_where(3, dict(ALL_REDUCE, since=4.5, calls=1))
+    telemetry.waiting = [batch(r, begin=True, final=True, calls={"calls": 1, "last": ALL_REDUCE}) for r in (1, 2)]
+    telemetry.waiting.append(batch(3, begin=True))
+    for r in range(3):
+        replies.replies[r] = ok()
+    monitor.poll()
+    assert not monitor.check() and calls["cut"] == [] and monitor.mismatch is None
+    monitor.clock.advance(tunables().reply_grace / 2)
+    assert not monitor.check() and calls["cut"] == []  # (still on the way)
+    if rank_0_says == "nothing":
+        monitor.clock.advance(tunables().reply_grace / 2 + HAIR)
+    else:
+        went = rank_0_says == "went through it"
+        telemetry.waiting = [batch(0, begin=True, final=True, calls={"calls": int(went), "last": ALL_REDUCE if went else None})]
+        monitor.poll()
+    monitor.check()
+    if rank_0_says == "went through it":
+        assert calls["cut"] == [] and monitor.mismatch is None
+    else:
+        assert calls["cut"] == [[3]] and "rank 0 finished the cell without calling it" in monitor.mismatch.text
 
 
 def test_a_cell_or_result_lost_on_the_way_ends_the_cell_with_an_error_not_a_wait():
