@@ -14,6 +14,8 @@ import time
 
 import psutil
 
+from bench.common import QUIET
+
 SUITE = ["log_cost", "start", "training", "sharded", "history", "kernel_memory", "dashboard_scale", "hosts", "frameworks",
          "lessons"]
 
@@ -31,6 +33,16 @@ def fmt(x, unit):
     return f"{x:.2f}" if unit in ("x", "efficiency", "core") else f"{x:.0f}" if unit == "MiB" else f"{x:.3g}"
 
 
+def quiet_note(r):
+    """What a row says of the runs the host took CPU from (bench.common.compared), or ""."""
+    d = r.get("details", {})
+    if d.get("quiet") is False:
+        return f"no run was quiet: the host took over {QUIET:.0%} of the CPU in every one"
+    if d.get("left_out"):
+        return f"{d['left_out']} of {len(d['every_ratio'])} left out: the host took over {QUIET:.0%} of the CPU in them"
+    return ""
+
+
 def table(results):
     lines = [f"{'benchmark':<20} {'min':>7} {'median':>7} {'max':>7} {'unit':<10} {'target':<8} met  what"]
     for r in results:
@@ -38,8 +50,10 @@ def table(results):
         met = {True: "yes", False: "NO", None: ""}[r["met"]]
         lines.append(f"{r['name']:<20} {fmt(r['min'], r['unit']):>7} {fmt(r['median'], r['unit']):>7} "
                      f"{fmt(r['max'], r['unit']):>7} {r['unit']:<10} {target:<8} {met:<4} {r['what']}")
+        d = r["details"]
+        if quiet_note(r):
+            lines.append(f"{'':<20}   {quiet_note(r)}")
         if r["name"] == "scaling":
-            d = r["details"]
             for n, eff in zip(d["sizes"], r["values"]):
                 rate = d["samples_per_s"][str(n)] if str(n) in d["samples_per_s"] else d["samples_per_s"][n]
                 lines.append(f"{'':<20}   N={n}: {rate:.0f} samples/s, efficiency {eff:.2f}")

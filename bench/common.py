@@ -32,11 +32,27 @@ def ratios(a, b):
     return [x / y for x, y in zip(a, b)]
 
 
-def around(baseline):
-    """For runs alternating T K T K ... T: each kernel's baseline, the mean of the T runs just before and
-    just after it. This VM's speed drifts over a bench (torchrun's own runs rose 9% in one half hour);
-    the two sides cancel a steady drift, where one side alone takes it for the lab's cost (or hides it)."""
-    return [(before + after) / 2 for before, after in zip(baseline, baseline[1:])]
+# a run counts for a target when the hypervisor took at most this share of the machine's CPU time during
+# it and during the runs it is compared with: such runs are the "quiet machine" the targets are for
+QUIET = 0.01
+
+
+def compared(name, what, pairs, target=None, **details):
+    """result() of (ratio, share stolen) pairs: the ratios of the quiet ones (all, and the row says so,
+    when none was quiet); every ratio and share are kept in the details."""
+    quiet = [r for r, stole in pairs if stole <= QUIET]
+    return result(name, what, quiet or [r for r, _ in pairs], target=target, quiet=bool(quiet),
+                  left_out=len(pairs) - len(quiet) if quiet else 0, every_ratio=[r for r, _ in pairs],
+                  stolen=[round(stole, 4) for _, stole in pairs], **details)
+
+
+def against_around(runs, baseline):
+    """For runs alternating T K T K ... T, rows [samples/s, kernel CPU, share stolen]: each K run's rate
+    / the mean of the T runs just before and just after it, with the largest share stolen in the three.
+    This VM's speed drifts over a bench (torchrun's own runs rose 9% in one half hour); the two sides
+    cancel a steady drift, where one side alone takes it for the lab's cost (or hides it)."""
+    return [(k[0] / ((before[0] + after[0]) / 2), max(k[2], before[2], after[2]))
+            for k, before, after in zip(runs, baseline, baseline[1:])]
 
 
 def ipc_kernel():
@@ -70,6 +86,21 @@ def in_kernel(cells, timeout=1800):
                 if line.startswith("BENCH "):
                     found.append(json.loads(line[6:]))
     return found
+
+
+def cpu_ticks():
+    """The machine's CPU time so far (/proc/stat), in ticks: (taken by the hypervisor, all). On a VM
+    the host takes time from the guest's CPUs (steal) when its neighbours are busy, and a run of gloo's
+    ranks, waking and sleeping at every collective, then slows by up to a third."""
+    with open("/proc/stat") as f:
+        fields = [int(x) for x in f.readline().split()[1:9]]  # user ... steal (guest time is in user)
+    return fields[7], sum(fields)
+
+
+def stolen(since):
+    """The share of the machine's CPU time the hypervisor took since `since` (a cpu_ticks())."""
+    steal, total = cpu_ticks()
+    return (steal - since[0]) / max(1, total - since[1])
 
 
 def timed(fn, *args, **kwargs):

@@ -10,28 +10,32 @@ rank using all cores, torch's default outside torchrun (>= 2.5x). In one more ke
 first run, 16 pairs of adjacent 300-step runs for each comparison: the dashboard on against off
 (>= 0.98x), ddplab.log() on every step against no log (>= 0.99x: logging costs under 1%), the
 timeline recorded against not (>= 0.98x). Scaling over N ranks against one process on all cores.
+Every run records the share of the machine's CPU the host took during it: a ratio counts for its
+target only when that share was at most 1% in each of its runs (bench.common.compared).
 """
 import json
 import statistics
 
 from ddplab.shared.config import cores
 
-from .common import around, in_kernel, python, ratios, result
+from .common import QUIET, against_around, compared, in_kernel, python, result
 
 SETUP = """\
 %load_ext ddplab
 %ddp_start {n}
 import ddplab, json, time
+from bench.common import cpu_ticks, stolen
 _lab = ddplab._magics[id(get_ipython())].lab
 _dashboard = _lab.view
 """
 TRAIN = "%%ddp\nfrom ddplab.workloads import train_{workload}\nsummary = train_{workload}(steps={steps}, log={log})"
-TORCHRUN = "import json\nfrom bench.common import Torchrun\n_torchrun = Torchrun({n})"
-RUN_TORCHRUN = "print('BENCH ' + json.dumps([_torchrun.run('{workload}', {steps}), None]))"
+TORCHRUN = "import json\nfrom bench.common import Torchrun, cpu_ticks, stolen\n_torchrun = Torchrun({n})"
+RUN_TORCHRUN = ("_s0 = cpu_ticks()\n_rate = _torchrun.run('{workload}', {steps})\n"
+                "print('BENCH ' + json.dumps([_rate, None, stolen(_s0)]))")
 BEFORE = ("_lab.view = {view}\n_lab.records.record({timeline})\ntime.sleep(0.3)  # (the ranks hear it within a tick)\n"
-          "_c0, _w0 = time.process_time(), time.perf_counter()")
+          "_c0, _w0, _s0 = time.process_time(), time.perf_counter(), cpu_ticks()")
 AFTER = ("_cpu = (time.process_time() - _c0) / (time.perf_counter() - _w0)\n"
-         "print('BENCH ' + json.dumps([sum(s['samples_per_s'] for s in _lab.gather('summary')), _cpu]))")
+         "print('BENCH ' + json.dumps([sum(s['samples_per_s'] for s in _lab.gather('summary')), _cpu, stolen(_s0)]))")
 
 
 def in_notebook(n, steps, modes, beside=None):
@@ -57,7 +61,7 @@ def in_notebook(n, steps, modes, beside=None):
     found = in_kernel(cells)
     if not beside:
         return found
-    return found[1::2], [rate for rate, _ in found[0::2]]  # (T K T K ... T)
+    return found[1::2], found[0::2]  # (T K T K ... T)
 
 
 def torchrun(n, steps, threads, workload="ddp"):
@@ -97,9 +101,10 @@ def scaling(sizes, steps):
 
 
 def paired(runs, modes, a, b):
-    """a / b for each adjacent pair of runs (a then b, or b then a): this VM's speed drifts over
-    minutes, so a run is compared with its neighbour, not with the median of runs far from it."""
-    return [runs[i][0] / runs[i + 1][0] if modes[i] == a else runs[i + 1][0] / runs[i][0]
+    """(a / b, the larger share stolen) for each adjacent pair of runs (a then b, or b then a): this VM's
+    speed drifts over minutes, so a run is compared with its neighbour, not with runs far from it."""
+    return [(runs[i][0] / runs[i + 1][0] if modes[i] == a else runs[i + 1][0] / runs[i][0],
+             max(runs[i][2], runs[i + 1][2]))
             for i in range(1, len(modes), 2) if {modes[i], modes[i + 1]} == {a, b}]
 
 
@@ -118,43 +123,38 @@ def run(quick=False):
     # after each, and one after %ddp_timeline --off, T. Each run against the mean of the T runs just
     # before and after it, seconds away (a fresh torchrun per run, minutes away, drifted as much as
     # the 1% we look for)
-    firsts, laters, untimed, firsts_t, laters_t, untimed_t, alone = [], [], [], [], [], [], []
-    for _ in range(repeats):
-        (first, _), (second, _), (third, _), (off, _) = (kernel := in_notebook(n, steps, ["on", "on", "on", "notl"],
-                                                                                beside="ddp"))[0]
-        around_each = around(kernel[1])
-        firsts.append(first)
-        laters += [second, third]
-        untimed.append(off)
-        firsts_t.append(around_each[0])
-        laters_t += around_each[1:3]
-        untimed_t.append(around_each[3])
-        alone.append(kernel[1])
+    firsts, laters, untimed, lab, alone = [], [], [], [], []  # (ratio, share stolen); samples/s
+    while len(lab) < repeats or (not quick and len(lab) < 2 * repeats and sum(x <= QUIET for _, x in laters) < repeats):
+        kernel, baseline = in_notebook(n, steps, ["on", "on", "on", "notl"], beside="ddp")
+        each = against_around(kernel, baseline)  # (more kernels while the host takes too much)
+        firsts.append(each[0])
+        laters += each[1:3]
+        untimed.append(each[3])
+        lab.append([r[0] for r in kernel])
+        alone.append([r[0] for r in baseline])
     all_cores = torchrun(n, steps, cores())  # one run: the target is far below what it measures
     base = single_process(steps, cores())
     rates = scaling(sizes, steps)
     return [
-        result("train_first_vs_torchrun", f"the first %%ddp training right after %ddp_start {n}, dashboard on / "
-               "the torchrun runs just before %ddp_start and just after it (their mean), 1 thread per rank",
-               ratios(firsts, firsts_t), target=(">=", 0.99), ddplab=firsts, torchrun=alone),
-        result("train_vs_torchrun", f"the second and third %%ddp trainings in those kernels, {n} ranks, dashboard on / the "
-               "torchrun runs around it (their mean), 1 thread per rank", ratios(laters, laters_t),
-               target=(">=", 0.99), ddplab=laters, torchrun=alone),
-        result("train_untimed_vs_torchrun", f"a third %%ddp training in those kernels after %ddp_timeline --off, "
-               f"{n} ranks, dashboard on / the torchrun runs around it (what the lab costs without "
-               "the timeline's hooks)", ratios(untimed, untimed_t), ddplab=untimed, torchrun=alone),
+        compared("train_first_vs_torchrun", f"the first %%ddp training right after %ddp_start {n}, dashboard on / "
+                 "the torchrun runs just before %ddp_start and just after it (their mean), 1 thread per rank",
+                 firsts, target=(">=", 0.99), ddplab=lab, torchrun=alone),
+        compared("train_vs_torchrun", f"the second and third %%ddp trainings in those kernels, {n} ranks, dashboard on "
+                 "/ the torchrun runs around it (their mean), 1 thread per rank", laters, target=(">=", 0.99)),
+        compared("train_untimed_vs_torchrun", f"a third %%ddp training in those kernels after %ddp_timeline --off, "
+                 f"{n} ranks, dashboard on / the torchrun runs around it (what the lab costs without "
+                 "the timeline's hooks)", untimed),
         result("train_vs_all_cores", f"those second and third %%ddp trainings, {n} ranks, dashboard on / torchrun, "
-               f"every rank using all {cores()} cores", [x / all_cores for x in laters], target=(">=", 2.5),
+               f"every rank using all {cores()} cores", [x / all_cores for r in lab for x in r[1:3]], target=(">=", 2.5),
                torchrun_all_cores=all_cores),
-        result("dashboard_on_off", f"%%ddp training, {n} ranks: dashboard on / off (same kernel, adjacent "
-               f"runs of {short} steps)",
-               paired(runs, modes, "on", "off"), target=(">=", 0.98), kernel_cpu_on=cpu["on"],
-               kernel_cpu_off=cpu["off"]),
-        result("log_overhead", f"%%ddp training, {n} ranks: ddplab.log() every step / no log (same kernel, "
-               f"adjacent runs of {short} steps)", paired(runs, modes, "on", "nolog"), target=(">=", 0.99)),
-        result("timeline_on_off", f"%%ddp training, {n} ranks: the timeline recorded / %ddp_timeline --off, its "
-               f"hooks out (same kernel, adjacent runs of {short} steps)", paired(runs, modes, "on", "notl"),
-               target=(">=", 0.98)),
+        compared("dashboard_on_off", f"%%ddp training, {n} ranks: dashboard on / off (same kernel, adjacent "
+                 f"runs of {short} steps)", paired(runs, modes, "on", "off"), target=(">=", 0.98),
+                 kernel_cpu_on=cpu["on"], kernel_cpu_off=cpu["off"]),
+        compared("log_overhead", f"%%ddp training, {n} ranks: ddplab.log() every step / no log (same kernel, "
+                 f"adjacent runs of {short} steps)", paired(runs, modes, "on", "nolog"), target=(">=", 0.99)),
+        compared("timeline_on_off", f"%%ddp training, {n} ranks: the timeline recorded / %ddp_timeline --off, its "
+                 f"hooks out (same kernel, adjacent runs of {short} steps)", paired(runs, modes, "on", "notl"),
+                 target=(">=", 0.98)),
         result("scaling", f"samples/s of N ranks / one process using all {cores()} cores "
                f"({base:.0f} samples/s); N = {', '.join(map(str, sizes))}",
                [rates[n] / base for n in sizes], unit="efficiency", samples_per_s=rates,

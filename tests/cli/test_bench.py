@@ -56,3 +56,30 @@ def test_only_some_benchmarks_keep_the_other_rows_of_the_last_full_run_with_thei
         ("log", "2026-01-02"), ("timeline_on_off", "2026-03-04"), ("hosts_group", "2026-01-02")]  # training's old row gone
     assert kept(tmp_path / "results.json", fresh, quick=True) == []  # a quick run never mixes with a full one
     assert kept(tmp_path / "missing.json", fresh, quick=False) == []
+
+
+def test_a_ratio_counts_for_its_target_only_when_the_host_took_little_cpu_in_each_of_its_runs():
+    from bench.__main__ import quiet_note
+    from bench.common import QUIET, against_around, compared
+
+    # T K T K T: samples/s, kernel CPU, share of the machine's CPU the host took (steal)
+    torchrun = [[100, None, 0.0], [110, None, 0.0], [100, None, 5 * QUIET]]
+    kernel = [[105, 0.02, 0.0], [99, 0.02, 0.0]]
+    pairs = against_around(kernel, torchrun)
+    assert pairs == [(1.0, 0.0), (99 / 105, 5 * QUIET)]  # each against the mean of its neighbours
+    row = compared("x", "what", pairs, target=(">=", 0.99))
+    assert row["values"] == [1.0] and row["met"] is True  # the noisy one left out of the figure ...
+    assert row["details"]["every_ratio"] == [1.0, 99 / 105] and row["details"]["left_out"] == 1  # ... not lost
+    assert quiet_note(row) == "1 of 2 left out: the host took over 1% of the CPU in them"
+    noisy = compared("x", "what", pairs[1:], target=(">=", 0.99))
+    assert noisy["values"] == [99 / 105] and noisy["met"] is False and noisy["details"]["quiet"] is False
+    assert quiet_note(noisy).startswith("no run was quiet")
+    assert quiet_note(compared("x", "what", pairs[:1])) == ""
+
+
+def test_the_share_the_host_took_is_read_from_proc_stat():
+    from bench.common import cpu_ticks, stolen
+
+    steal, total = cpu_ticks()
+    assert 0 <= steal <= total and total > 0
+    assert 0.0 <= stolen((steal, total)) <= 1.0
