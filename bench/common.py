@@ -46,6 +46,13 @@ def compared(name, what, pairs, target=None, **details):
                   stolen=[round(stole, 4) for _, stole in pairs], **details)
 
 
+def more_kernels(kernels, laters, repeats, quick):
+    """Whether to run another kernel: until `repeats`, then (not in a quick run) while fewer than `repeats`
+    of the later ratios, (ratio, share stolen), were quiet, up to twice `repeats`."""
+    enough = quick or len(kernels) >= 2 * repeats or sum(stole <= QUIET for _, stole in laters) >= repeats
+    return len(kernels) < repeats or not enough
+
+
 def against_around(runs, baseline):
     """For runs alternating T K T K ... T, rows [samples/s, kernel CPU, share stolen]: each K run's rate
     / the mean of the T runs just before and just after it, with the largest share stolen in the three.

@@ -9,7 +9,7 @@ one thread per rank, waiting beside the kernel as training's do (T K T K T K T):
 compared with the mean of the torchrun runs just before and just after it (>= 0.98x each), when
 the host took at most 1% of the machine's CPU in each of the three (bench.common.compared).
 """
-from .common import QUIET, against_around, compared
+from .common import against_around, compared, more_kernels
 from .training import in_notebook
 
 
@@ -18,7 +18,7 @@ def run(quick=False):
     rows = []
     for workload, what in (("fsdp", "FSDP2 (fully_shard per layer)"), ("tp", "tensor parallelism (Colwise/Rowwise)")):
         firsts, laters, lab, alone = [], [], [], []  # (ratio, share stolen); samples/s
-        while len(lab) < repeats or (not quick and len(lab) < 2 * repeats and sum(x <= QUIET for _, x in laters) < repeats):
+        while more_kernels(lab, laters, repeats, quick):
             runs, baseline = in_notebook(n, steps, ["on", "on", "on"], beside=workload)
             each = against_around(runs, baseline)  # (more kernels while the host takes too much)
             firsts.append(each[0])

@@ -18,7 +18,7 @@ import statistics
 
 from ddplab.shared.config import cores
 
-from .common import QUIET, against_around, compared, in_kernel, python, result
+from .common import against_around, compared, in_kernel, more_kernels, python, result
 
 SETUP = """\
 %load_ext ddplab
@@ -124,7 +124,7 @@ def run(quick=False):
     # before and after it, seconds away (a fresh torchrun per run, minutes away, drifted as much as
     # the 1% we look for)
     firsts, laters, untimed, lab, alone = [], [], [], [], []  # (ratio, share stolen); samples/s
-    while len(lab) < repeats or (not quick and len(lab) < 2 * repeats and sum(x <= QUIET for _, x in laters) < repeats):
+    while more_kernels(lab, laters, repeats, quick):
         kernel, baseline = in_notebook(n, steps, ["on", "on", "on", "notl"], beside="ddp")
         each = against_around(kernel, baseline)  # (more kernels while the host takes too much)
         firsts.append(each[0])
