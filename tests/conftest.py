@@ -1,6 +1,8 @@
 """Shared fixtures: one IPython shell with ddplab loaded, one 4-rank pool for the session."""
+import collections
 import os
 import threading
+import time
 
 import psutil
 import pytest
@@ -23,6 +25,28 @@ def pytest_collection_modifyitems(items):
         from tests.users.accounts import user_env
 
         user_env()
+
+
+def pytest_sessionstart(session):
+    session.config._ddplab_started = time.monotonic()
+
+
+def pytest_terminal_summary(terminalreporter, config):
+    """Where the run's time went: worker-seconds (setup, call and teardown) by tier, and the heavy tiers'
+    share (the `heavy` mark: the budget gives them at most half of the suite's 30 minutes, the rest 15)."""
+    spent, heavy = collections.Counter(), 0.0
+    for reports in terminalreporter.stats.values():
+        for r in reports:
+            if isinstance(r, pytest.TestReport):
+                spent[r.nodeid.split("/")[1] if r.nodeid.startswith("tests/") else "?"] += r.duration
+                heavy += r.duration if "heavy" in r.keywords else 0.0
+    total = sum(spent.values())
+    if total < 60:  # (a test or a few: nothing to say)
+        return
+    wall = time.monotonic() - config._ddplab_started
+    tiers = ", ".join(f"{tier} {s:.0f}" for tier, s in spent.most_common())
+    terminalreporter.write_line(f"worker-seconds by tier: {tiers}; heavy {heavy:.0f} of {total:.0f} "
+                                f"({100 * heavy / total:.0f} %), the rest {total - heavy:.0f}; {wall:.0f} s wall")
 
 
 @pytest.fixture(scope="session")

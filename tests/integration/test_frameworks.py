@@ -21,7 +21,7 @@ from ddplab import Lab
 from ddplab.shared.config import tunables
 from ddplab.shared.errors import RankFailed
 
-pytestmark = [pytest.mark.pool, pytest.mark.slow, pytest.mark.xdist_group("frameworks")]
+pytestmark = [pytest.mark.pool, pytest.mark.slow, pytest.mark.heavy, pytest.mark.xdist_group("frameworks")]
 STEPS = 12
 TOLERANCE = 1e-5  # float32 sums in each framework's own order: ~6e-8 apart on losses of about 0.5
 

@@ -17,7 +17,7 @@ from .run_like_binder import pss, tree
 from .test_lessons import IN_A_BOX, check_lesson
 
 LIMIT = 2 * 2**30  # a Binder session
-pytestmark = [pytest.mark.pool, pytest.mark.slow, pytest.mark.xdist_group("binder-box")]
+pytestmark = [pytest.mark.pool, pytest.mark.slow, pytest.mark.heavy, pytest.mark.xdist_group("binder-box")]
 
 
 class Peak(threading.Thread):

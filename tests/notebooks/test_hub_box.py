@@ -15,7 +15,7 @@ from tests.users.accounts import MemoryBox
 from .conftest import NOTEBOOKS, SharedKernel
 
 LIMIT = 2**30  # a hub's 1 GiB
-pytestmark = [pytest.mark.pool, pytest.mark.slow, pytest.mark.xdist_group("binder-box")]
+pytestmark = [pytest.mark.pool, pytest.mark.slow, pytest.mark.heavy, pytest.mark.xdist_group("binder-box")]
 
 CELLS = [
     "%load_ext ddplab\nfrom ddplab.shared import system\nprint('SESSION', system.usable_cores(), system.memory_limit())\n"

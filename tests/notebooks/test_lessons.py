@@ -104,6 +104,7 @@ def check_lesson(kernel, name, lang):
 
 
 @pytest.mark.pool
+@pytest.mark.heavy  # in a session box the size of Binder's (conftest.py)
 @pytest.mark.xdist_group("lessons")  # one shared kernel
 @pytest.mark.parametrize("name", [n for n in LESSONS if n != IN_A_BOX])
 def test_lesson_runs_end_to_end(kernel, name):

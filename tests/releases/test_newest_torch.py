@@ -22,7 +22,7 @@ from tests.users.accounts import CACHE, _install_ddplab, _source_stamp, cached_v
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 NEWEST, OLDEST = "2.14.1", "2.13.0"  # the torch releases the suite runs on (pyproject declares the range)
 TESTS = ["tests/unit/test_upstream.py", "tests/integration/test_pool.py", "tests/integration/test_timeline.py"]
-pytestmark = [pytest.mark.pool, pytest.mark.slow, pytest.mark.xdist_group("newest-torch")]
+pytestmark = [pytest.mark.pool, pytest.mark.slow, pytest.mark.heavy, pytest.mark.xdist_group("newest-torch")]
 
 
 def torch_env(release):
