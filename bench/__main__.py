@@ -43,6 +43,15 @@ def quiet_note(r):
     return ""
 
 
+def interval_note(r):
+    """What a row says when its median's 90 % interval (bench.common.median_interval) holds its target, or ""."""
+    low, high = r.get("interval") or (None, None)
+    if low is None or not low <= r["target"][1] <= high:
+        return ""
+    return (f"the median's 90 % interval, {fmt(low, r['unit'])}-{fmt(high, r['unit'])}, holds the target: "
+            "within what these runs can tell")
+
+
 def table(results):
     lines = [f"{'benchmark':<20} {'min':>7} {'median':>7} {'max':>7} {'unit':<10} {'target':<8} met  what"]
     for r in results:
@@ -51,8 +60,9 @@ def table(results):
         lines.append(f"{r['name']:<20} {fmt(r['min'], r['unit']):>7} {fmt(r['median'], r['unit']):>7} "
                      f"{fmt(r['max'], r['unit']):>7} {r['unit']:<10} {target:<8} {met:<4} {r['what']}")
         d = r["details"]
-        if quiet_note(r):
-            lines.append(f"{'':<20}   {quiet_note(r)}")
+        for note in (quiet_note(r), interval_note(r)):
+            if note:
+                lines.append(f"{'':<20}   {note}")
         if r["name"] == "scaling":
             for n, eff in zip(d["sizes"], r["values"]):
                 rate = d["samples_per_s"][str(n)] if str(n) in d["samples_per_s"] else d["samples_per_s"][n]
@@ -73,12 +83,15 @@ def plot(results, path):
     names = [r["name"] for r in ratios]
     med = [r["median"] for r in ratios]
     err = [[m - r["min"] for m, r in zip(med, ratios)], [r["max"] - m for m, r in zip(med, ratios)]]
-    colors = ["#2ca02c" if r["met"] else "#d62728" for r in ratios]
-    ax.barh(names, med, xerr=err, color=colors, alpha=0.8)
+    colors = [{True: "#2ca02c", False: "#d62728", None: "#999999"}[r["met"]] for r in ratios]
+    bars = ax.barh(names, med, xerr=err, color=colors, alpha=0.8)
+    for bar, r in zip(bars, ratios):
+        if interval_note(r):  # its target inside the median's 90 % interval: hatched
+            bar.set_hatch("//")
     for i, r in enumerate(ratios):
         if r["target"]:
             ax.plot([r["target"][1]] * 2, [i - 0.4, i + 0.4], color="black", lw=2)
-    ax.set_xlabel("ratio against the baseline (median, min-max); black: target")
+    ax.set_xlabel("ratio against the baseline (median, min-max); black: target; hatched: within the noise")
     ax.invert_yaxis()
     if scaling:
         ax2 = axes[0][1]

@@ -40,7 +40,7 @@ class BenchResults(SphinxDirective):
     has_content = False
 
     def run(self):
-        from bench.__main__ import fmt, quiet_note
+        from bench.__main__ import fmt, interval_note, quiet_note
 
         rel, path = self.env.relfn2path(self.arguments[0], self.env.docname)
         self.env.note_dependency(rel)
@@ -69,8 +69,9 @@ class BenchResults(SphinxDirective):
             what = [nodes.literal(r["name"], r["name"]), nodes.Text(": "), *inline(r["what"])]
             if r.get("date", m["date"]) != m["date"]:  # kept from an earlier full run (bench --only)
                 what.append(nodes.emphasis("", f" (measured on {r['date']})"))
-            if quiet_note(r):
-                what.append(nodes.emphasis("", f" ({quiet_note(r)})"))
+            for note in (quiet_note(r), interval_note(r)):
+                if note:
+                    what.append(nodes.emphasis("", f" ({note})"))
             rows.append([what, value(r["min"]), [nodes.strong("", value(r["median"]))], value(r["max"]), target, met])
         out.append(table(["benchmark: what is compared", "min", "median", "max", "target", "met"], rows,
                          [12, 2, 2, 2, 2, 1]))

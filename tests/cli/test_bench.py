@@ -77,6 +77,23 @@ def test_a_ratio_counts_for_its_target_only_when_the_host_took_little_cpu_in_eac
     assert quiet_note(compared("x", "what", pairs[:1])) == ""
 
 
+def test_a_median_beside_its_target_says_whether_the_runs_can_tell_them_apart():
+    from bench.__main__ import interval_note
+    from bench.common import median_interval, result
+
+    spread = [0.88, 0.93, 0.96, 0.97, 0.99, 1.01, 1.04, 1.12]  # runs as they spread here on a quiet host
+    low, high = median_interval(spread)
+    assert 0.88 <= low < 0.98 < high <= 1.12 and median_interval(spread) == [low, high]  # (a fixed seed)
+    row = result("x", "what", spread, target=(">=", 0.99))
+    assert row["met"] is False and row["interval"] == [low, high]  # the median (0.98) misses, by less than the noise
+    assert interval_note(row) == (f"the median's 90 % interval, {low:.2f}-{high:.2f}, holds the target: "
+                                  "within what these runs can tell")
+    tight = result("x", "what", [0.95, 0.951, 0.952, 0.953, 0.954], target=(">=", 0.99))
+    assert tight["met"] is False and interval_note(tight) == ""  # a miss the runs do measure
+    assert "interval" not in result("x", "what", spread[:3], target=(">=", 0.99))  # too few runs to say
+    assert "interval" not in result("x", "what", spread)  # no target
+
+
 def test_the_share_the_host_took_is_read_from_proc_stat():
     from bench.common import cpu_ticks, stolen
 
