@@ -2,7 +2,6 @@
 import collections
 import os
 import threading
-import time
 
 import psutil
 import pytest
@@ -27,10 +26,6 @@ def pytest_collection_modifyitems(items):
         user_env()
 
 
-def pytest_sessionstart(session):
-    session.config._ddplab_started = time.monotonic()
-
-
 def pytest_terminal_summary(terminalreporter, config):
     """Where the run's time went: worker-seconds (setup, call and teardown) by tier, and the heavy tiers'
     share (the `heavy` mark: the budget gives them at most half of the suite's 30 minutes, the rest 15)."""
@@ -43,10 +38,9 @@ def pytest_terminal_summary(terminalreporter, config):
     total = sum(spent.values())
     if total < 60:  # (a test or a few: nothing to say)
         return
-    wall = time.monotonic() - config._ddplab_started
     tiers = ", ".join(f"{tier} {s:.0f}" for tier, s in spent.most_common())
     terminalreporter.write_line(f"worker-seconds by tier: {tiers}; heavy {heavy:.0f} of {total:.0f} "
-                                f"({100 * heavy / total:.0f} %), the rest {total - heavy:.0f}; {wall:.0f} s wall")
+                                f"({100 * heavy / total:.0f} %), the rest {total - heavy:.0f}")
 
 
 @pytest.fixture(scope="session")
