@@ -184,8 +184,10 @@ class Runner:
         killed = sorted(set(lost) & getattr(lab.pool, "memory_killed", set()))
         if not killed:
             return []
-        # what fits once %ddp_stop freed the pool, but fewer ranks than ran out of memory
-        fits = min(ranks_that_fit(memory_available() + lab.pool_memory(), zygote_held()), lab.world_size - len(killed))
+        # what fits once %ddp_stop freed the pool, but fewer ranks than ran out of memory: one at least where the
+        # pool had more (the OOM killer may take a second rank while the first one's memory is being freed)
+        fewer = max(lab.world_size - len(killed), 1) if lab.world_size > 1 else 0
+        fits = min(ranks_that_fit(memory_available() + lab.pool_memory(), zygote_held()), fewer)
         if fits:
             return [lab.config.say("the kernel's OOM killer ended {lost}: %ddp_restart may run out of memory again; "
                                    "%ddp_stop, then %ddp_start {fits}, fits this session",

@@ -86,6 +86,7 @@ RANKS = 4          # the pool that trains and saves; section 3 loads its checkpo
 
 # %%
 W, H, L, B = 128, 512, 8, 1024     # width, hidden width, blocks, samples per rank and step
+STEPS = 6                          # training steps of each setting
 # the settings, in order: (name, the blocks checkpointed)
 SETTINGS = [("none", []), ("every other block", list(range(0, L, 2))), ("every block", list(range(L)))]
 
@@ -117,7 +118,7 @@ def build(seed, checkpointed=()):
     return fully_shard(model, mesh=mesh)
 
 # %%
-%ddp_push W H L B SETTINGS build
+%ddp_push W H L B STEPS SETTINGS build
 
 # %% [markdown]
 # **What autograd keeps for backward.** For each block, in float32 (4 bytes a number), for a batch of
@@ -149,9 +150,12 @@ def build(seed, checkpointed=()):
 # no CPU), nor the time it waits for a core: 4 ranks share the machine's cores, and where they outnumber
 # the cores, wall-clock times mostly measure that sharing.
 #
-# Each setting trains a new model from the same seed, on the same batch, for 5 steps with Adam. The three
-# take their steps in turn (a step of each, then the next round), so that whatever else the machine is
-# doing meanwhile weighs on the three alike.
+# Each setting trains a new model from the same seed, on the same batch, for `STEPS` = 6 steps with Adam.
+# The three take their steps in turn (a step of each, then the next round), so that whatever else the
+# machine is doing meanwhile weighs on the three alike; and each step's CPU time is compared with that of
+# the step without checkpointing in the same round, so that a slow moment of the machine is compared with
+# itself. The first round (which also counts FLOPs) is left out; what a setting costs is the middle
+# (median) of its 5 rounds' ratios, on each rank.
 
 # %% [markdown] lang=zh
 # **autograd 为反向传播保留了什么。** 对每个块，以 float32 计（每个数 4 字节），批次有 `B` 行：
@@ -164,7 +168,7 @@ def build(seed, checkpointed=()):
 #
 # **怎样测量。** 在 `torch.autograd.graph.saved_tensors_hooks(pack, unpack)` 之内，autograd 每为反向传播保存一个张量，就用这个张量调用一次 `pack`；下面的 `SavedForBackward` 记下每个张量所在的那块内存（它的 storage），每块内存只算一次，然后原样返回这个张量。参数不计入：它们的内存属于模型，模型无论如何都持有它。另外还有两项测量：`FlopCounterMode`（`torch.utils.flop_counter`）统计实际运行的每个矩阵乘法的浮点运算次数，包括前向、反向和重新计算；`time.thread_time()` 是 rank 自己那个线程的 CPU 时间。只有当 torch 只在这一个线程上计算时，它才是 torch 的全部计算，而 ddplab 给每个 rank 的 torch `cores // ranks` 个线程，至少一个（下面的单元格会打印这个进程池的线程数）：有两个或更多线程时，一次矩阵乘法会在几个线程上运行，这个线程的时间就漏掉了其他线程的时间。所以在这些测量中，单元格让每个 rank 的 torch 只用一个线程（`torch.set_num_threads(1)`），测完再恢复进程池原来的设置。它还读取 `time.process_time()`，即 rank 所有线程的 CPU 时间，并核对其中的大部分是这个线程做的（其余的是 gloo 的线程，它们运行 all-gather 和 reduce-scatter，以及 ddplab 的线程）。线程时间既不计 rank 在 FSDP 的集合通信中等待其他 rank 的时间（等待不占用 CPU），也不计它等待 CPU 核心的时间：4 个 rank 共用这台机器的 CPU 核心，在 rank 比核心多的地方，墙钟时间测到的主要是这种共用。
 #
-# 每种设置都从同一个随机种子新建一个模型，在同一个批次上用 Adam 训练 5 步。三者轮流走各自的一步（每种设置各走一步，再进入下一轮），这样无论这台机器同时还在做什么，对三者的影响都一样。
+# 每种设置都从同一个随机种子新建一个模型，在同一个批次上用 Adam 训练 `STEPS` = 6 步。三者轮流走各自的一步（每种设置各走一步，再进入下一轮），这样无论这台机器同时还在做什么，对三者的影响都一样；而且每一步的 CPU 时间都与同一轮中不用激活检查点的那一步相比，这样机器慢下来的时刻只与它自己相比。第一轮（它还要统计浮点运算次数）不计；一种设置的代价是它 5 轮比值的中位数，在每个 rank 上分别计算。
 
 # %% [markdown]
 # **Predict, then run.** Every block checkpointed, against no block checkpointed, on each rank:
@@ -223,7 +227,7 @@ models = {name: build(seed=0, checkpointed=checkpointed) for name, checkpointed 
 opts = {name: torch.optim.Adam(m.parameters(), lr=1e-3) for name, m in models.items()}
 runs, first_grads, final = {"threads": threads}, {}, {}
 cpu, cpu_all = {name: [] for name in models}, {name: [] for name in models}
-for step in range(5):
+for step in range(STEPS):
     for name, model in models.items():                     # a step of each setting in turn
         saved, flops = SavedForBackward(model), FlopCounterMode(display=False)
         tic, tic_all = time.thread_time(), time.process_time()    # this thread's CPU time, all threads'
@@ -242,6 +246,7 @@ for step in range(5):
 for name, model in models.items():
     final[name] = [p.detach().to_local().clone() for p in model.parameters()]
     runs[name].update(cpu=statistics.median(cpu[name][1:]),   # (step 0 also counted FLOPs)
+                      vs_none=statistics.median(a / b for a, b in zip(cpu[name][1:], cpu["none"][1:])),  # same round
                       thread_share=sum(cpu[name][1:]) / sum(cpu_all[name][1:]),   # this thread's part of the rank's
                       same_grads=all(torch.equal(a, b) for a, b in zip(first_grads["none"], first_grads[name])),
                       same_params=all(torch.equal(a, b) for a, b in zip(final["none"], final[name])))
@@ -251,7 +256,7 @@ torch.set_num_threads(threads)                             # the pool's setting 
 
 # %% [markdown]
 # Now check every rank's measurements against the arithmetic: the bytes saved for backward, the FLOPs,
-# and whether the gradients of the first step and the parameters after 5 steps are those of the run
+# and whether the gradients of the first step and the parameters after the 6 steps are those of the run
 # without checkpointing, bit for bit (`torch.equal` on each rank's shards).
 #
 # The FLOPs: one `Linear`'s matrix product in forward is `B`·128·512 multiply-adds, 2·`B`·128·512
@@ -259,7 +264,7 @@ torch.set_num_threads(threads)                             # the pool's setting 
 # input), except for the first `Linear` of the model, whose input (the batch) needs no gradient.
 
 # %% [markdown] lang=zh
-# 现在把每个 rank 的测量值与算术核对：为反向传播保存的字节数、浮点运算次数，以及第一步的梯度和 5 步之后的参数是否与不用激活检查点的那次运行逐位相同（在每个 rank 的分片上用 `torch.equal` 比较）。
+# 现在把每个 rank 的测量值与算术核对：为反向传播保存的字节数、浮点运算次数，以及第一步的梯度和 6 步之后的参数是否与不用激活检查点的那次运行逐位相同（在每个 rank 的分片上用 `torch.equal` 比较）。
 #
 # 浮点运算次数：一个 `Linear` 在前向中的矩阵乘法是 `B`·128·512 次乘加，即 2·`B`·128·512 次浮点运算。反向传播中每个 `Linear` 要做两次这样的乘法（权重的梯度和输入的梯度），只有模型的第一个 `Linear` 例外：它的输入（批次）不需要梯度。
 
@@ -286,6 +291,7 @@ for r, run in enumerate(runs):
         assert run[name]["saved"] == saved_expected(len(checkpointed)), (r, name, run[name])
         assert run[name]["same_grads"] and run[name]["same_params"], (r, name)
 cpu = {name: sum(run[name]["cpu"] for run in runs) / len(runs) for name in settings}   # the ranks' mean
+vs_none = {name: sum(run[name]["vs_none"] for run in runs) / len(runs) for name in settings}   # paired, the ranks' mean
 flops = {name: runs[0][name]["flops"] for name in settings}
 saved = {name: runs[0][name]["saved"] for name in settings}
 extra = {name: (flops[name] - flops_without()) / F1 for name in settings}   # in Linear products
@@ -297,14 +303,14 @@ for name, checkpointed in settings.items():
 none, half, every = settings
 for name in (half, every):
     print(say(f"{NAMES[name]} checkpointed: {saved[name] / saved[none]:.0%} of the bytes saved without, "
-              f"{flops[name] / flops[none] - 1:+.0%} FLOPs, {cpu[name] / cpu[none] - 1:+.0%} CPU time",
+              f"{flops[name] / flops[none] - 1:+.0%} FLOPs, {vs_none[name] - 1:+.0%} CPU time",
               f"{NAMES[name]}使用激活检查点：保存的字节数为不用时的 {saved[name] / saved[none]:.0%}，"
-              f"浮点运算次数 {flops[name] / flops[none] - 1:+.0%}，CPU 时间 {cpu[name] / cpu[none] - 1:+.0%}"))
+              f"浮点运算次数 {flops[name] / flops[none] - 1:+.0%}，CPU 时间 {vs_none[name] - 1:+.0%}"))
 reveal("21.saved", float(saved[every] / saved[none]), unit=say("× the bytes without", "× 不用时的字节数"))
 reveal("21.flops", float(flops[every] / flops[none]), unit=say("× the FLOPs without", "× 不用时的浮点运算次数"))
-print(say("in every setting, on every rank: the first step's gradients and the parameters after 5 steps are bit for "
-          "bit those of the run without checkpointing",
-          "在每种设置下、每个 rank 上：第一步的梯度和 5 步之后的参数都与不用激活检查点的那次运行逐位相同"))
+print(say(f"in every setting, on every rank: the first step's gradients and the parameters after {STEPS} steps are bit "
+          "for bit those of the run without checkpointing",
+          f"在每种设置下、每个 rank 上：第一步的梯度和 {STEPS} 步之后的参数都与不用激活检查点的那次运行逐位相同"))
 shares = [run[name]["thread_share"] for run in runs for name in settings]
 print(say(f"torch threads per rank: {runs[0]['threads']} in this pool (cores // ranks), 1 for these measurements; the "
           f"computing thread's CPU time was {min(shares):.0%} to {max(shares):.0%} of all the rank's threads' "
@@ -313,7 +319,7 @@ print(say(f"torch threads per rank: {runs[0]['threads']} in this pool (cores // 
           f"计算的那个线程的 CPU 时间占 rank 所有线程的 {min(shares):.0%} 到 {max(shares):.0%}（各 rank、各设置）"))
 assert flops[none] == flops_without()
 assert [extra[name] for name in settings] == [len(c) for c in settings.values()]   # one product per block
-assert cpu[every] > cpu[none], cpu                    # the recompute is work: it takes CPU time
+assert vs_none[every] > 1, vs_none                    # the recompute is work: it takes CPU time
 assert min(shares) > 0.6, shares                      # torch computed on the timed thread (with 2 it would be ~half)
 
 # %% [markdown]
@@ -342,11 +348,11 @@ for r, mine in spans.groupby("rank"):
     inside = [forward[(forward.start >= b.start) & (forward.end <= b.end)] for b in backward.itertuples()]
     recomputed[r] = [len(f) for f in inside]
     recompute_ms[r] = [1000 * float((f.end - f.start).sum()) for f in inside]
-expected = [len(c) for _ in range(5) for c in settings.values()]     # 5 rounds, a step of each setting
+expected = [len(c) for _ in range(STEPS) for c in settings.values()]  # a round of steps, a step of each setting
 assert all(counts == expected for counts in recomputed.values()), recomputed
 for i, name in enumerate(settings):
     n = recomputed[0][i]
-    ms = sum(recompute_ms[0][i::len(settings)]) / 5
+    ms = sum(recompute_ms[0][i::len(settings)]) / STEPS
     print(say(f"{NAMES[name]:<18} rank 0: {n} forward spans inside each backward, {ms:.1f} ms of it per step",
               f"{NAMES[name]}：rank 0 每次反向传播之中有 {n} 个前向时间段，每步共 {ms:.1f} ms"))
 
