@@ -109,7 +109,8 @@ class Debugger:
         `names`): {name: ranks whose parameters differ from rank 0's (empty: identical)}."""
         lab = self.lab
         ranks = lab.check_ranks(None)
-        per_rank = lab.view_on(ranks).apply_async(call, "checksums", names).get(timeout=lab.timeout)
+        per_rank = lab.answers(lab.view_on(ranks).apply_async(call, "checksums", names), ranks,
+                               "comparing the parameters")
         missing = sorted({n for sums in per_rank for n, v in sums.items() if v is None})
         if missing:
             raise NameMissing(f"not an nn.Module on every rank: {', '.join(missing)}")

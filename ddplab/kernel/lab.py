@@ -89,8 +89,8 @@ class Lab:
     kept; ranks that still run are sent SIGINT, then killed and restarted: the escalation of
     docs/architecture.md). Time a rank spends stopped at a breakpoint does not count, and gloo's own
     timeout is a day, so that stepping in a debugger is never cut short. It is not a limit on a
-    cell (that is run(timeout=...)); it also bounds how long gather, push, records.history and
-    debug.check wait for the ranks' answers.
+    cell (that is run(timeout=...)), nor on how long gather, push, records.history and debug.check
+    wait for the ranks' answers (DDPLab.answer_timeout).
     """
 
     def __init__(self, ranks: int | None = None, timeout: float | None = None, threads_per_rank: int | None = None, *,
@@ -422,6 +422,20 @@ class Lab:
         self.run_state.notice(("flooded", tuple(ranks)), text)
         print(f"ddplab: {text}", file=sys.stderr)
 
+    def answers(self, ar: Any, ranks: list[int], what: str, return_exceptions: bool = False) -> list[Any]:
+        """The ranks' answers to a request (`ar`, an AsyncResult of their engines, in the order of `ranks`; `what`:
+        "gathering 'loss'"). No cell runs on them (check_ranks refuses while one runs in the background), so
+        only the machine's load delays them: they are waited for DDPLab.answer_timeout s, and those that did
+        not answer are named."""
+        wait = tunables().answer_timeout
+        if not ar.wait(wait):
+            assert self.pool is not None
+            outstanding = self.pool.client.outstanding
+            silent = [r for r, msg in zip(ranks, ar.msg_ids) if msg in outstanding] or ranks
+            raise BadRequest(f"{what}: {ranks_text(silent)} did not answer within {wait:.0f} s, though no cell "
+                             "runs: %ddp_status shows each rank's state; %ddp_restart brings back one that hangs")
+        return ar.get(return_exceptions=return_exceptions)
+
     def view_on(self, ranks: Iterable[int]) -> Any:
         """A DirectView on these ranks' engines, kept: a new view per cell costs ~2 ms here."""
         assert self.pool is not None, "no pool is running"
@@ -485,10 +499,7 @@ class Lab:
         if not isinstance(name, str) or not name.strip():
             raise BadRequest("gather needs a variable name, e.g. gather('loss')")
         ar = self.view_on(ranks).pull(name, block=False)
-        if not ar.wait(self.timeout):
-            raise BadRequest(f"gathering {name!r} took longer than {self.timeout:.0f} s: "
-                             "are the ranks still running a cell?")
-        values = ar.get(return_exceptions=True)
+        values = self.answers(ar, ranks, f"gathering {name!r}", return_exceptions=True)
         errors = {r: v for r, v in zip(ranks, values) if isinstance(v, Exception)}
         if errors:
             if all(getattr(e, "ename", "") == "NameError" for e in errors.values()):
@@ -503,7 +514,9 @@ class Lab:
         """Set variables in every rank (or the given ranks): lab.push(lr=0.1, data=tensor)."""
         ranks = self.check_ranks(ranks)
         try:
-            self.view_on(ranks).push(values, block=False).get(self.timeout)
+            self.answers(self.view_on(ranks).push(values, block=False), ranks, f"sending {', '.join(values)}")
+        except DDPLabError:
+            raise
         except RecursionError as exc:  # ipyparallel cans a notebook's class through its methods' __class__ cell
             classes = [k for k, v in values.items() if isinstance(v, type) and v.__module__ == "__main__"]
             if not classes:

@@ -19,7 +19,7 @@ class Records:
 
         lab = self.lab
         ranks = lab.check_ranks(None)
-        points = lab.view_on(ranks).apply_async(call, "history").get(timeout=lab.timeout)
+        points = lab.answers(lab.view_on(ranks).apply_async(call, "history"), ranks, "gathering the history")
         return History.from_ranks(dict(zip(ranks, points)), lab.live.cell_of)
 
     def timeline(self, cell: int | None = None) -> Timeline:

@@ -74,6 +74,10 @@ class DDPLab(SingletonConfigurable):
     control_timeout = Float(5.0, help="Seconds to wait for engines to answer a control request (a signal through "
                                       "their nanny, closing or leaving the group) before going on without them.").tag(
         config=True)
+    answer_timeout = Float(60.0, help="Seconds ranks with no cell running may take to answer a request: %ddp_gather, "
+                                      "%ddp_push, the history, the parameters' checksums. On a busy machine a small "
+                                      "answer has taken over 10 s; the pool's timeout bounds collectives, not "
+                                      "these.").tag(config=True)
     look_every = Float(0.25, help="Seconds between looks for dead engines while a cell runs.").tag(config=True)
     watch_every = Float(1.0, help="Seconds between looks for dead engines while no cell runs.").tag(config=True)
     heartbeat_ms = Int(100, help="The controller's heartbeat (ms): a new engine counts as registered at its first "

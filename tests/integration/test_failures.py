@@ -2,8 +2,10 @@
 
 Each test leaves the pool whole (restarting what it broke), so the order does not matter.
 """
+import dataclasses
 import os
 import re
+import threading
 import time
 
 import pytest
@@ -255,3 +257,27 @@ def test_a_rank_paused_for_seconds_stays_in_the_pool(pool):
         os.kill(pid, signal.SIGCONT)
     assert pool.run("t = torch.ones(1)\ndist.all_reduce(t)\nprint(t.item())").stdout == ["4.0\n"] * 4
     assert pool.info[1]["pid"] == pid
+
+
+def test_a_gather_waits_out_a_slow_answer_and_names_a_rank_that_never_answers(pool, monkeypatch):
+    """A gather (a push, the history) is not bound by the pool's timeout, which is for collectives (lessons set
+    10 s, and a gather on a busy CI machine took longer): it waits DDPLab.answer_timeout, then names the ranks
+    that did not answer. Rank 2, stopped, answers after the wait; stopped for longer, it is named."""
+    import signal
+
+    from ddplab.shared.config import tunables
+
+    pool.run("g = rank")
+    pid = pool.info[2]["pid"]
+    monkeypatch.setattr(pool, "config", dataclasses.replace(pool.config, timeout=0.5))
+    monkeypatch.setattr(tunables(), "answer_timeout", 3.0)
+    os.kill(pid, signal.SIGSTOP)
+    try:
+        threading.Timer(1.5, os.kill, (pid, signal.SIGCONT)).start()  # answers after three pool timeouts
+        assert pool.gather("g") == [0, 1, 2, 3]
+        os.kill(pid, signal.SIGSTOP)
+        with pytest.raises(BadRequest, match=r"^gathering 'g': rank 2 did not answer within 3 s, though no cell runs"):
+            pool.gather("g")
+    finally:
+        os.kill(pid, signal.SIGCONT)
+    assert pool.gather("g") == [0, 1, 2, 3]
