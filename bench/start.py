@@ -3,14 +3,17 @@ ipyparallel doing the same work, each measured the moment it can be (no pause, n
 
 ddplab, in a fresh kernel (nbclient), in this order:
 - cold: `%load_ext ddplab` and at once `%ddp_start 4` + one DDP training step (the zygote imports
-  torch while the pool starts: what Run All pays in a new kernel);
-- the 10 trivial `%%ddp` cells right after (just started), and 10 more after 3 s idle (settled),
-  with the ranks' CPU use in the 2 s after ready;
+  torch while the pool starts: what Run All pays in a new kernel); the ranks' CPU use in the 2 s after;
 - warm: `%ddp_stop`, then `%ddp_start 4` + one DDP step again (the zygote is warm: every later
   start in the notebook's kernel), `%ddp_restart --all`, `%ddp_restart` of one lost rank, `%ddp_stop`.
 bare, also in a fresh kernel: `import ipyparallel`, `Cluster(n=4).start_and_connect_sync()` + `import
-torch` + a FileStore process group + the same step (1 thread per rank); then 10 `view.execute("x = 1")`
-at once, and 10 after 3 s idle.
+torch` + a FileStore process group + the same step (1 thread per rank); 10 `view.execute("x = 1")` at
+once, and 10 after 3 s idle. Then, in that kernel beside its pool, the cells are paired: `%load_ext
+ddplab`, `%ddp_start 4` + the step, and right after ready the first 10 trivial `%%ddp` cells, each
+beside a `view.execute` on the bare pool (the order alternating round by round); after 3 s idle, 30
+rounds of a `%%ddp` cell, a `view.execute` on the lab's own engines and one on the bare pool. Cells of
+~15 ms spread by +-30 % from kernel to kernel here (the host's scheduling of 10 processes on 2 cores):
+a cell and its baseline a moment apart see the same machine, where two kernels a minute apart do not.
 """
 import os
 import shutil
@@ -29,11 +32,6 @@ def _ddp_start_and_step():
     ready = time.perf_counter() - t
     _ip.run_cell_magic("ddp", "", {step!r})
     return ready, time.perf_counter() - t
-def _cells(k):
-    out = []
-    for _ in range(k):
-        t = time.perf_counter(); _ip.run_cell_magic("ddp", "", "x = 1"); out.append(time.perf_counter() - t)
-    return out
 def _rank_cpu(seconds):
     procs = [psutil.Process(r["pid"]) for r in ddplab._magics[id(_ip)].lab.status()]
     before = sum(sum(p.cpu_times()[:2]) for p in procs)
@@ -48,12 +46,9 @@ import ddplab
 {cells}
 _cold_ready, _cold = _ddp_start_and_step()
 _cold = time.perf_counter() - _t0  # from %load_ext on
-_just = _cells({k})
 _cpu = _rank_cpu(2.0)
 """
 REST = """\
-time.sleep({settle})  # settled: stands beside the just-started figure, never instead of it
-_settled = _cells({k})
 _ip.run_line_magic("ddp_stop", "")
 _warm_ready, _warm = _ddp_start_and_step()
 t = time.perf_counter(); _ip.run_line_magic("ddp_restart", "--all"); _restart_all = time.perf_counter() - t
@@ -61,12 +56,12 @@ _ip.run_line_magic("ddp_fault", "kill {last}")
 t = time.perf_counter(); _ip.run_line_magic("ddp_restart", ""); _restart_one = time.perf_counter() - t
 t = time.perf_counter(); _ip.run_line_magic("ddp_stop", ""); _stop = time.perf_counter() - t
 print("BENCH " + json.dumps(dict(cold=_cold, cold_ready=_cold_ready, warm=_warm, warm_ready=_warm_ready,
-      just=_just, settled=_settled, cpu=_cpu, restart_all=_restart_all, restart_one=_restart_one, stop=_stop)))
+      cpu=_cpu, restart_all=_restart_all, restart_one=_restart_one, stop=_stop)))
 """
 
 
-def ddplab_session(n, k, settle):
-    cells = [COLD.format(cells=CELLS.format(n=n, step=STEP), k=k), REST.format(settle=settle, k=k, last=n - 1)]
+def ddplab_session(n):
+    cells = [COLD.format(cells=CELLS.format(n=n, step=STEP)), REST.format(last=n - 1)]
     return in_kernel(cells)[0]
 
 
@@ -90,6 +85,7 @@ def _cells(k):
 _just = _cells({k})
 time.sleep({settle})  # settled: stands beside the just-started figure
 _settled = _cells({k})
+{paired}
 _pids = [l.process.pid for es in _cluster.engines.values() for l in es.launchers.values()]
 _client.close()
 t = time.perf_counter(); _cluster.stop_cluster_sync(); _stop = time.perf_counter() - t
@@ -101,7 +97,27 @@ for pid in _pids:  # its nannies may outlive it by seconds; end anything left, b
     except psutil.Error:
         pass
 shutil.rmtree(_profile, ignore_errors=True)
-print("BENCH " + json.dumps(dict(first_step=_first_step, just=_just, settled=_settled, stop=_stop)))
+print("BENCH " + json.dumps(dict(first_step=_first_step, just=_just, settled=_settled, stop=_stop, paired=_paired)))
+"""
+PAIRED = """\
+_ip = get_ipython()
+_ip.run_line_magic("load_ext", "ddplab")
+import ddplab
+_ip.run_line_magic("ddp_start", "{n}")
+_ip.run_cell_magic("ddp", "", {step!r})
+_lab_view = ddplab._magics[id(_ip)].lab.view_on(range({n}))
+_sides = dict(ddplab=lambda: _ip.run_cell_magic("ddp", "", "x = 1"),
+              same=lambda: _lab_view.execute("x = 1", block=True), bare=lambda: _view.execute("x = 1", block=True))
+def _rounds(k, names):
+    took = {{name: [] for name in names}}
+    for i in range(k):
+        for name in (names if i % 2 == 0 else names[::-1]):  # (alternating: neither side always goes first)
+            t = time.perf_counter(); _sides[name](); took[name].append(time.perf_counter() - t)
+    return took
+_paired = dict(just=_rounds({k}, ["ddplab", "bare"]))
+time.sleep({settle})
+_paired["settled"] = _rounds({rounds}, ["ddplab", "same", "bare"])
+_ip.run_line_magic("ddp_stop", "")
 """
 BARE_STEP = """\
 import os, datetime
@@ -116,26 +132,30 @@ m(torch.randn(8, 64)).sum().backward()
 """
 
 
-def bare_ipyparallel(n, k, settle):
+def bare_ipyparallel(n, k, settle, rounds):
     """The same path with ipyparallel alone, in a fresh kernel as a learner would type it: seconds
-    to the first step (from `import ipyparallel`), cells just after and settled, and its stop."""
+    to the first step (from `import ipyparallel`), cells just after and settled, and its stop; then
+    ddplab's cells paired with that pool's (PAIRED: `rounds` settled rounds)."""
     store = os.path.join(tempfile.mkdtemp(prefix="bench-store-"), "store")
+    paired = PAIRED.format(n=n, k=k, settle=settle, rounds=rounds, step=STEP)
     try:
-        return in_kernel([BARE.format(n=n, k=k, settle=settle, step=BARE_STEP.format(path=store, n=n))])[0]
+        return in_kernel([BARE.format(n=n, k=k, settle=settle, step=BARE_STEP.format(path=store, n=n),
+                                      paired=paired)])[0]
     finally:
         shutil.rmtree(os.path.dirname(store), ignore_errors=True)
 
 
 def run(quick=False):
-    n, k, settle, repeats = (2, 3, 0.5, 1) if quick else (4, 10, 3.0, 9)  # 9: one repeat spreads by ±20% here
+    n, k, settle, rounds, repeats = (2, 3, 0.5, 3, 1) if quick else (4, 10, 3.0, 30, 9)  # 9: one start spreads ±20%
     ours, bare = [], []
     for _ in range(repeats):
-        bare.append(bare_ipyparallel(n, k, settle))
-        ours.append(ddplab_session(n, k, settle))
+        bare.append(bare_ipyparallel(n, k, settle, rounds))
+        ours.append(ddplab_session(n))
     b_step = [b["first_step"] for b in bare]
-    just = [sum(o["just"]) for o in ours]
-    settled = [sum(o["settled"]) for o in ours]
-    b_just, b_settled = [sum(b["just"]) for b in bare], [sum(b["settled"]) for b in bare]
+    just, settled = [b["paired"]["just"] for b in bare], [b["paired"]["settled"] for b in bare]
+
+    def total(runs, side):  # ms of a side's cells, kernel by kernel
+        return [sum(run[side]) * 1000 for run in runs]
     return [
         result("start_cold", f"%load_ext + %ddp_start {n} + one DDP step, fresh kernel / bare ipyparallel "
                "cluster + import torch + FileStore group + the same step", ratios([o["cold"] for o in ours], b_step),
@@ -144,12 +164,17 @@ def run(quick=False):
         result("start_warm", f"%ddp_start {n} + one DDP step, again in the same kernel (zygote warm) / the same "
                "bare path", ratios([o["warm"] for o in ours], b_step), target=("<=", 0.25),
                ddplab_s=[o["warm"] for o in ours], ready_s=[o["warm_ready"] for o in ours]),
-        result("cells_after_ready", f"the first {k} trivial %%ddp cells right after ready / as many view.execute "
-               "right after the bare path's ready", ratios(just, b_just), target=("<=", 1.1),
-               ddplab_ms=[x * 1000 for x in just], bare_ms=[x * 1000 for x in b_just]),
-        result("cells_settled", f"{k} trivial %%ddp cells after {settle:g} s idle / as many view.execute after "
-               "the same idle", ratios(settled, b_settled), target=("<=", 1.1),
-               ddplab_ms=[x * 1000 for x in settled], bare_ms=[x * 1000 for x in b_settled]),
+        result("cells_after_ready", f"the first {k} trivial %%ddp cells right after ready / view.execute on a bare "
+               "ipyparallel pool beside them, cell by cell", ratios(total(just, "ddplab"), total(just, "bare")),
+               target=("<=", 1.1), ddplab_ms=total(just, "ddplab"), bare_ms=total(just, "bare"),
+               bare_own_ready_ms=[sum(b["just"]) * 1000 for b in bare]),
+        result("cells_settled", f"{rounds} trivial %%ddp cells after {settle:g} s idle / view.execute on the same "
+               "engines, cell by cell", ratios(total(settled, "ddplab"), total(settled, "same")), target=("<=", 1.1),
+               ddplab_ms=total(settled, "ddplab"), same_engines_ms=total(settled, "same")),
+        result("cells_vs_bare_pool", f"those {rounds} settled %%ddp cells / view.execute on the bare ipyparallel "
+               "pool beside them (what the lab's engines add too)", ratios(total(settled, "ddplab"),
+                                                                          total(settled, "bare")),
+               bare_ms=total(settled, "bare"), bare_own_settled_ms=[sum(b["settled"]) * 1000 for b in bare]),
         result("ranks_cpu_after_ready", f"CPU the {n} ranks use in the 2 s after ready (share of one core, all ranks)",
                [o["cpu"] for o in ours], unit="core", target=("<=", 0.05)),
         result("restart", f"%ddp_restart --all, {n} ranks (s)", [o["restart_all"] for o in ours], unit="s",

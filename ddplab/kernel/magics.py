@@ -42,12 +42,23 @@ def parse_ranks(spec: str | None, world_size: int) -> list[int] | None:
     return sorted(ranks)
 
 
+_DEFAULTS: dict[Any, argparse.Namespace] = {}  # magic's function -> its arguments parsed from an empty line
+
+
 def _parse(magic: Callable[..., Any], line: str) -> argparse.Namespace:
-    """Parse a magic's arguments; shlex's "No closing quotation" becomes a UsageError too."""
+    """Parse a magic's arguments; shlex's "No closing quotation" becomes a UsageError too. An empty line
+    (most %%ddp cells) gives a copy of the defaults parsed once (argparse: 0.07 ms of each cell)."""
+    empty = not line.strip()
+    key = getattr(magic, "__func__", magic)
+    if empty and key in _DEFAULTS:
+        return argparse.Namespace(**vars(_DEFAULTS[key]))
     try:
-        return parse_argstring(magic, line)
+        args = parse_argstring(magic, line)
     except ValueError as exc:
         raise UsageError(f"{exc}: check the quotes in {line!r}") from None
+    if empty:
+        _DEFAULTS[key] = argparse.Namespace(**vars(args))
+    return args
 
 
 def _unquote(text: str) -> str:

@@ -26,7 +26,6 @@ returns a reason instead. Stdlib only (engines import this); decoding makes nump
 """
 from __future__ import annotations
 
-import hashlib
 import hmac
 import json
 import sys
@@ -83,17 +82,19 @@ SPAN_FIELDS = (("cell", "<i4"), ("step", "<i4"), ("phase", "i1"), ("op", "i1"), 
 # 0.4-2.5 % of its step: recorder.py)
 TIMED_FIRST, TIMED_EVERY = 20, 10
 MEMORY_FIELDS = ("rss", "params", "grads", "optimizer", "buckets")
+MEMORY_KEYS = frozenset(MEMORY_FIELDS)
 TYPECODES = {"step": "q", "time": "d", "loss": "d", "samples": "d"}
 LITTLE = sys.byteorder == "little"
 
 
 def sign(key: bytes, frames: Iterable[Frame]) -> bytes:
-    mac = hmac.new(key, digestmod=hashlib.sha256)
+    """HMAC-SHA256 of each frame's length (8 bytes, little-endian) and bytes, in turn: one call of
+    OpenSSL's one-shot HMAC over them joined (a quarter of the time of an update per part)."""
+    parts: list[Buffer] = []
     for frame in frames:
         view = _view(frame)
-        mac.update(view.nbytes.to_bytes(8, "little"))
-        mac.update(view)
-    return mac.digest()
+        parts += (view.nbytes.to_bytes(8, "little"), view)
+    return hmac.digest(key, b"".join(parts), "sha256")
 
 
 def _view(frame: Frame) -> memoryview:
@@ -210,7 +211,7 @@ def _parse(frames: Sequence[Frame]) -> Batch:
         if any(len(column) != k for column in spans.values()):
             raise ValueError("bad span columns")
     memory = h.get("memory")
-    if memory is not None and not (isinstance(memory, dict) and set(memory) <= set(MEMORY_FIELDS)
+    if memory is not None and not (isinstance(memory, dict) and memory.keys() <= MEMORY_KEYS
                                    and all(_whole(v, 2**62) for v in memory.values())):
         raise ValueError("bad memory")
     where = _where(h.get("where"))
@@ -249,7 +250,7 @@ def _where(w: Any) -> Where | None:
 
 
 def _whole(x: object, limit: int = 2**31) -> bool:
-    return isinstance(x, int) and not isinstance(x, bool) and 0 <= x < limit
+    return type(x) is int and 0 <= x < limit  # (JSON's ints are ints, its true and false bools)
 
 
 def encode_command(key: bytes, to: int, gen: int, seq: int, **command: Any) -> list[bytes]:

@@ -7,7 +7,8 @@ import sys
 import pytest
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
-EXPECTED = {"log", "start_cold", "start_warm", "cells_after_ready", "cells_settled", "ranks_cpu_after_ready", "stop",
+EXPECTED = {"log", "start_cold", "start_warm", "cells_after_ready", "cells_settled", "cells_vs_bare_pool",
+            "ranks_cpu_after_ready", "stop",
             "restart", "restart_lost", "train_first_vs_torchrun", "train_vs_torchrun", "train_untimed_vs_torchrun",
             "train_vs_all_cores", "fsdp_first_vs_torchrun", "fsdp_vs_torchrun", "tp_first_vs_torchrun", "tp_vs_torchrun",
             "dashboard_on_off", "log_overhead", "timeline_on_off", "scaling", "history_bytes", "history_build",

@@ -43,6 +43,11 @@ def test_the_too_many_ranks_message_says_what_to_do():
 @pytest.mark.parametrize("line", ["0", "-1", "abc", "10000", "--bogus", "4 5", "--timeout -3", "--timeout inf",
                                   "--threads 0", "--threads x", "2 --timeout"])
 def test_bad_ddp_start_is_a_usage_error_and_starts_nothing(ip, no_pool, line):
+    from ddplab.processes.zygote import running_zygote
+
+    zygote = running_zygote()  # (%load_ext started it: its own start, a helper process of a moment, is not this test's)
+    if zygote is not None:
+        zygote.wait_network()
     before = descendants()
     with pytest.raises(UsageError) as info:
         ip.run_line_magic("ddp_start", line)
@@ -188,3 +193,15 @@ def test_ranks_this_sessions_memory_will_not_hold_are_named_before_anything_star
     with pytest.raises(BadRequest, match="not one rank fits; close other notebooks"):
         Lab(1)
     assert config.memory_check(1, held=config.ZYGOTE_MIB * 2**20) is None  # a warm fork server's memory counts
+
+
+def test_a_cell_with_no_options_gets_fresh_defaults_each_time(magics):
+    from ddplab.kernel.magics import _parse
+
+    first = _parse(magics.ddp, "")
+    assert (first.ranks, first.timeout, first.background, first.expect) == (None, None, False, None)
+    first.ranks = "0"  # (a caller changing its copy changes no later cell's)
+    assert _parse(magics.ddp, "  ").ranks is None
+    assert _parse(magics.ddp, "--ranks 1").ranks == "1" and _parse(magics.ddp, "").ranks is None
+    with pytest.raises(UsageError, match="check the quotes"):
+        _parse(magics.ddp, "--expect 'x")

@@ -1,4 +1,5 @@
 """The telemetry wire format: data only, signed, and nothing from a socket can make it raise."""
+import json
 import os
 import pickle
 import time
@@ -190,3 +191,25 @@ def test_a_command_counts_as_done_only_when_its_rank_says_so_in_this_forming(tmp
     finally:
         rank.close(0)
         telemetry.close()
+
+
+def test_the_signature_is_hmac_sha256_of_each_frames_length_then_bytes():
+    """What a rank and a notebook of another ddplab release must agree on: computed here part by part."""
+    import hashlib
+    import hmac
+
+    frames = [b'{"v": 1}', b"", b"\x01" * 24]
+    mac = hmac.new(KEY, digestmod=hashlib.sha256)
+    for frame in frames:
+        mac.update(len(frame).to_bytes(8, "little"))
+        mac.update(frame)
+    assert wire.sign(KEY, frames) == mac.digest()
+    assert wire.sign(KEY, [b"ab", b"c"]) != wire.sign(KEY, [b"a", b"bc"])  # (the lengths: no frame boundary moves)
+
+
+def test_a_true_or_false_where_a_number_belongs_is_malformed():
+    for field in ("rank", "cell", "n", "gen", "seq"):
+        header = {"v": 1, "rank": 0, "gen": 0, "seq": 1, "cell": 0, "n": 0, "final": False, "events": [],
+                  "extras": [], field: True}
+        frames = [json.dumps(header).encode(), b"", b"", b"", b""]
+        assert wire.decode(KEY, [wire.sign(KEY, frames), *frames]) == (None, "malformed"), field
