@@ -8,7 +8,7 @@ ddplab, in a fresh kernel (nbclient), in this order:
   start in the notebook's kernel), `%ddp_restart --all`, `%ddp_restart` of one lost rank, `%ddp_stop`.
 bare, also in a fresh kernel: `import ipyparallel`, `Cluster(n=4).start_and_connect_sync()` + `import
 torch` + a FileStore process group + the same step (1 thread per rank); 10 `view.execute("x = 1")` at
-once, and 10 after 3 s idle. Then, in that kernel beside its pool, the cells are paired: `%load_ext
+once. Then, in that kernel beside its pool, the cells are paired: `%load_ext
 ddplab`, `%ddp_start 4` + the step, and right after ready the first 10 trivial `%%ddp` cells, each
 beside a `view.execute` on the bare pool (the order alternating round by round); after 3 s idle, 30
 rounds of a `%%ddp` cell, a `view.execute` on the lab's own engines and one on the bare pool. Cells of
@@ -77,14 +77,9 @@ for _r, _eid in enumerate(_client.ids):
     _client[_eid].execute(f"import os; os.environ['R'] = '{{_r}}'", block=True)
 _view.execute({step!r}, block=True)
 _first_step = time.perf_counter() - _tic
-def _cells(k):
-    out = []
-    for _ in range(k):
-        t = time.perf_counter(); _view.execute("x = 1", block=True); out.append(time.perf_counter() - t)
-    return out
-_just = _cells({k})
-time.sleep({settle})  # settled: stands beside the just-started figure
-_settled = _cells({k})
+_just = []  # its own first cells right after its ready (context: the paired rounds below are the figures)
+for _ in range({k}):
+    t = time.perf_counter(); _view.execute("x = 1", block=True); _just.append(time.perf_counter() - t)
 {paired}
 _pids = [l.process.pid for es in _cluster.engines.values() for l in es.launchers.values()]
 _client.close()
@@ -97,7 +92,7 @@ for pid in _pids:  # its nannies may outlive it by seconds; end anything left, b
     except psutil.Error:
         pass
 shutil.rmtree(_profile, ignore_errors=True)
-print("BENCH " + json.dumps(dict(first_step=_first_step, just=_just, settled=_settled, stop=_stop, paired=_paired)))
+print("BENCH " + json.dumps(dict(first_step=_first_step, just=_just, stop=_stop, paired=_paired)))
 """
 PAIRED = """\
 _ip = get_ipython()
@@ -134,7 +129,7 @@ m(torch.randn(8, 64)).sum().backward()
 
 def bare_ipyparallel(n, k, settle, rounds):
     """The same path with ipyparallel alone, in a fresh kernel as a learner would type it: seconds
-    to the first step (from `import ipyparallel`), cells just after and settled, and its stop; then
+    to the first step (from `import ipyparallel`), its first cells, and its stop; then
     ddplab's cells paired with that pool's (PAIRED: `rounds` settled rounds)."""
     store = os.path.join(tempfile.mkdtemp(prefix="bench-store-"), "store")
     paired = PAIRED.format(n=n, k=k, settle=settle, rounds=rounds, step=STEP)
@@ -174,7 +169,7 @@ def run(quick=False):
         result("cells_vs_bare_pool", f"those {rounds} settled %%ddp cells / view.execute on the bare ipyparallel "
                "pool beside them (what the lab's engines add too)", ratios(total(settled, "ddplab"),
                                                                           total(settled, "bare")),
-               bare_ms=total(settled, "bare"), bare_own_settled_ms=[sum(b["settled"]) * 1000 for b in bare]),
+               bare_ms=total(settled, "bare")),
         result("ranks_cpu_after_ready", f"CPU the {n} ranks use in the 2 s after ready (share of one core, all ranks)",
                [o["cpu"] for o in ours], unit="core", target=("<=", 0.05)),
         result("restart", f"%ddp_restart --all, {n} ranks (s)", [o["restart_all"] for o in ours], unit="s",
