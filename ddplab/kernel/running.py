@@ -29,6 +29,7 @@ from ..shared.words import ranks_text, say
 from . import cell
 from .cell import Recovery, RunResult
 from .monitor import Hooks
+from .telemetry import merge
 
 log = logging.getLogger("ddplab")
 
@@ -94,6 +95,9 @@ class Runner:
         """Run one cell on `ranks` until every rank is done or gone, then recover; its RunResult."""
         lab = self.lab
         live, rs = lab.live, lab.run_state
+        if lab.telemetry is not None:  # what ranks sent since the last cell (the end of a cell run on them without
+            for batch in lab.telemetry.batches():  # the lab, a command's ack) is the last cell's: read as this
+                merge(live, batch, time.monotonic())  # one's, a last batch in it ended this cell for its rank
         lab.metrics.reset()
         rs.begin_cell(ranks, time.monotonic())
         lab.show("begin")

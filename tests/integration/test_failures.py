@@ -243,6 +243,22 @@ def test_a_rank_whose_telemetry_fails_is_not_taken_for_one_that_never_began(pool
     assert result.stdout == ["4.0\n"] * 4
 
 
+def test_a_cell_run_on_the_engines_without_the_lab_is_not_taken_for_the_next_cells_end(pool):
+    """A cell run on the lab's engines by other means (view.execute, %px) makes every rank send that cell's
+    last batch too. The next %%ddp cell took it for its own: it counted its ranks as finished from the start,
+    and reply_grace later as ranks whose result was lost on the way (the cell failed)."""
+    from ddplab.shared.config import tunables
+
+    t = tunables()
+    grace, t.reply_grace = t.reply_grace, 1.0
+    try:
+        pool.view_on(range(pool.world_size)).execute("y = 1", block=True)
+        result = pool.run("import time\ntime.sleep(2.5)\nprint(y)")
+    finally:
+        t.reply_grace = grace
+    assert result.stdout == ["1\n"] * pool.world_size
+
+
 def test_a_rank_paused_for_seconds_stays_in_the_pool(pool):
     """py-spy --native (%ddp_stacks --native) stops a rank while it reads its stack, seconds on a loaded
     machine; its heart does not beat meanwhile. The controller must not drop it: it did after 2 s, and the

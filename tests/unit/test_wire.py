@@ -199,11 +199,12 @@ def test_the_signature_is_hmac_sha256_of_each_frames_length_then_bytes():
     import hmac
 
     frames = [b'{"v": 1}', b"", b"\x01" * 24]
-    mac = hmac.new(KEY, digestmod=hashlib.sha256)
-    for frame in frames:
-        mac.update(len(frame).to_bytes(8, "little"))
-        mac.update(frame)
-    assert wire.sign(KEY, frames) == mac.digest()
+    for key in (KEY, b"another pool's key", KEY):  # (each key's HMAC is kept and copied: never another's)
+        mac = hmac.new(key, digestmod=hashlib.sha256)
+        for frame in frames:
+            mac.update(len(frame).to_bytes(8, "little"))
+            mac.update(frame)
+        assert wire.sign(key, frames) == mac.digest()
     assert wire.sign(KEY, [b"ab", b"c"]) != wire.sign(KEY, [b"a", b"bc"])  # (the lengths: no frame boundary moves)
 
 
